@@ -1,0 +1,3 @@
+"""Foresight: fast, private, local AI with speculative decoding."""
+
+__version__ = "0.1.0"

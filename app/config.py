@@ -1,0 +1,158 @@
+"""Typed settings, defined once: defaults and bounds here; file (TOML) < environment < CLI flags."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app import paths
+
+ENV_PREFIX = "FORESIGHT_"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SamplingSettings(Section):
+    """Default sampling for a request that does not say otherwise."""
+
+    temperature: float = Field(0.7, ge=0.0, le=5.0, description="0 means greedy decoding")
+    top_k: int = Field(40, ge=0, le=100_000, description="keep the k most likely tokens (0: all)")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
+    min_p: float = Field(0.05, ge=0.0, le=1.0, description="drop tokens below min_p x the top probability")
+    repeat_penalty: float = Field(1.0, ge=0.0, le=5.0, description="1.0 disables the repetition penalty")
+    repeat_last_n: int = Field(64, ge=0, le=8192, description="window of the repetition penalty")
+    max_tokens: int = Field(1024, ge=1, le=1_048_576, description="tokens generated at most per request")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="random seed (unset: fresh per request)")
+
+
+class DraftSettings(Section):
+    """How tokens are drafted for speculative decoding."""
+
+    mode: Literal["auto", "model", "ngram", "none"] = Field(
+        "auto", description="auto: the drafter model if one is given, else n-gram prompt lookup"
+    )
+    max_draft: int = Field(16, ge=1, le=64, description="longest draft verified in one target pass")
+    ngram_min: int = Field(2, ge=1, le=8, description="shortest n-gram matched in the prompt lookup")
+    ngram_max: int = Field(4, ge=1, le=16, description="longest n-gram matched in the prompt lookup")
+    adaptive: bool = Field(True, description="choose the draft length from measured acceptance and cost")
+
+
+class EngineSettings(Section):
+    """Model loading and placement."""
+
+    n_ctx: int = Field(4096, ge=256, le=1_048_576, description="context length in tokens")
+    n_batch: int = Field(512, ge=32, le=8192, description="prompt tokens evaluated per llama_decode call")
+    n_threads: int = Field(0, ge=0, le=512, description="CPU threads (0: physical cores)")
+    device: str = Field("auto", description="auto, cpu, or gpu (all layers on the GPU backend)")
+    draft_device: str = Field("auto", description="device of the drafter model: auto, cpu or gpu")
+    gpu_layers: int = Field(-1, ge=-1, le=1024, description="layers offloaded on a GPU device (-1: all)")
+    tensor_split: list[float] | None = Field(None, description="share of the target per GPU, e.g. 3,1")
+
+
+class Settings(Section):
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    draft: DraftSettings = Field(default_factory=DraftSettings)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+
+
+class ConfigError(ValueError):
+    """A settings file, variable or flag holds a value outside its bounds."""
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _from_env(environ: typing.Mapping[str, str]) -> dict[str, Any]:
+    """FORESIGHT_ENGINE__N_CTX=8192 -> {"engine": {"n_ctx": "8192"}} (pydantic converts the string)."""
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, field = name[len(ENV_PREFIX) :].lower().partition("__")
+        if section in Settings.model_fields:
+            out.setdefault(section, {})[field] = value.split(",") if field == "tensor_split" else value
+    return out
+
+
+def load_settings(
+    file: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: typing.Mapping[str, str] | None = None,
+) -> Settings:
+    """Settings from the TOML file, then FORESIGHT_SECTION__FIELD variables, then explicit overrides."""
+    file = file if file is not None else paths.config_file()
+    layered: dict[str, Any] = {}
+    if file.exists():
+        try:
+            layered = tomllib.loads(file.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    layered = _merge(layered, _from_env(os.environ if environ is None else environ))
+    layered = _merge(layered, overrides or {})
+    try:
+        return Settings.model_validate(layered)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc
+
+
+def _arg_type(annotation: Any) -> tuple[Any, dict[str, Any]]:
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return _arg_type(args[0])
+    if origin is Literal:
+        return str, {"choices": list(typing.get_args(annotation))}
+    if origin is list:
+        return (lambda text: [float(x) for x in text.split(",")]), {}
+    if annotation is bool:
+        return None, {"action": argparse.BooleanOptionalAction}
+    return annotation, {}
+
+
+def add_section_flags(parser: argparse.ArgumentParser, section: str, only: typing.Iterable[str]) -> None:
+    """Add `--field-name` flags for the chosen fields of one settings section, help and choices included.
+
+    Flags default to None so that only values the user typed override the file and environment.
+    """
+    model = Settings.model_fields[section].annotation
+    assert isinstance(model, type) and issubclass(model, Section)
+    for name in only:
+        info = model.model_fields[name]
+        kind, extra = _arg_type(info.annotation)
+        flag = "--" + name.replace("_", "-")
+        if section == "draft" and not name.startswith(("draft", "max_draft")):
+            flag = "--draft-" + name.replace("_", "-")
+        if kind is not None:
+            extra["type"] = kind
+        parser.add_argument(
+            flag,
+            dest=f"{section}__{name}",
+            default=None,
+            help=f"{info.description} (default: {info.default})",
+            **extra,
+        )
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if "__" in key and value is not None:
+            section, _, field = key.partition("__")
+            out.setdefault(section, {})[field] = value
+    return out

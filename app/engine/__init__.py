@@ -1,0 +1,1 @@
+"""The engine: loads models, decodes speculatively, serves HTTP. Never imports Qt."""

@@ -1,0 +1,70 @@
+"""The backend interface every engine backend implements (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What decides whether two models can share draft tokens (as llama.cpp's compatibility check)."""
+
+    vocab_type: int
+    n_tokens: int
+    bos: int
+    eos: int
+    add_bos: bool
+    add_eos: bool
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    path: str
+    architecture: str
+    name: str
+    n_params: int
+    weights_bytes: int
+    kv_bytes_per_token: int
+    n_ctx_train: int
+    n_layer: int
+    device: str  # what the model actually runs on: "cpu" or "gpu"
+    gpu_layers: int
+
+
+class Backend(Protocol):
+    facts: ModelFacts
+    vocab: VocabInfo
+    n_vocab: int
+    n_ctx: int
+    kv_tokens: list[int]  # tokens whose K/V sit at positions 0..len-1 of sequence 0
+    chat_template: str | None
+
+    def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
+        """Append tokens at positions len(kv_tokens)...; rows from logits_from on get logits.
+
+        Returns a float32 view [len(tokens) - logits_from, n_vocab], valid until the next decode.
+        """
+        ...
+
+    def rollback(self, n_keep: int) -> None:
+        """Drop every cached position >= n_keep."""
+        ...
+
+    def kv_pos_max(self) -> int:
+        """Highest position the backend's own cache holds for sequence 0 (-1 when empty)."""
+        ...
+
+    def tokenize(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]: ...
+
+    def token_bytes(self, token: int) -> bytes: ...
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's own text of a token (as stored in the model), for vocabulary comparisons."""
+        ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def close(self) -> None: ...

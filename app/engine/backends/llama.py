@@ -1,0 +1,302 @@
+"""llama.cpp backend through llama-cpp-python's low-level API: batch decode, rows of logits, KV rollback."""
+
+from __future__ import annotations
+
+# llama_cpp comes before NumPy: the other order was seen to segfault with a CUDA build.
+import llama_cpp  # isort: skip
+
+import collections
+import ctypes
+import logging
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from app.catalog import gguf
+from app.engine.backends.base import ModelFacts, VocabInfo
+from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
+
+log = logging.getLogger("foresight.llama")
+_native_log = logging.getLogger("llama.cpp")
+_recent_native_lines: collections.deque[str] = collections.deque(maxlen=40)
+_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_init_lock = threading.Lock()
+_initialised = False
+
+
+@llama_cpp.llama_log_callback
+def _on_native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
+    _recent_native_lines.append(line)
+    if line.strip():
+        _native_log.log(_LEVELS.get(level, logging.DEBUG), line.rstrip())
+
+
+def _ensure_backend() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            llama_cpp.llama_log_set(_on_native_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialised = True
+
+
+def gpu_offload_supported() -> bool:
+    _ensure_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _native_errors() -> str:
+    lines = [ln.strip() for ln in _recent_native_lines if "error" in ln.lower() or "failed" in ln.lower()]
+    return "; ".join(lines[-3:])
+
+
+def _resolve_device(device: str, gpu_layers: int) -> tuple[str, int, int, str]:
+    """(device, n_gpu_layers, main_gpu, reason) for a requested device: auto, cpu, gpu or gpu:N / cuda:N."""
+    device = device.strip().lower()
+    if device == "cpu":
+        return "cpu", 0, 0, "CPU requested"
+    index = 0
+    if ":" in device:
+        name, _, num = device.partition(":")
+        if not num.isdigit() or name not in ("gpu", "cuda", "rocm", "hip", "vulkan", "metal"):
+            raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, gpu or gpu:N")
+        index, device = int(num), "gpu"
+    elif device not in ("auto", "gpu", "cuda", "rocm", "hip", "vulkan", "metal"):
+        raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, gpu or gpu:N")
+    if not gpu_offload_supported():
+        if device == "auto":
+            return "cpu", 0, 0, "this llama.cpp build has no GPU backend"
+        raise ModelLoadError("a GPU device was requested but this llama.cpp build has no GPU backend")
+    return "gpu", gpu_layers, index, "GPU backend available"
+
+
+def _kv_bytes_per_token(header: gguf.GGUFHeader) -> int:
+    n_layer = int(header.get("{arch}.block_count", 0))
+    n_embd = int(header.get("{arch}.embedding_length", 0))
+    n_head = int(header.get("{arch}.attention.head_count", 1)) or 1
+    n_head_kv = header.get("{arch}.attention.head_count_kv", n_head)
+    if isinstance(n_head_kv, list):  # per-layer counts
+        n_head_kv = max(n_head_kv)
+    key = int(header.get("{arch}.attention.key_length", n_embd // n_head))
+    value = int(header.get("{arch}.attention.value_length", n_embd // n_head))
+    return n_layer * int(n_head_kv) * (key + value) * 2  # f16 K and V
+
+
+def read_model_header(path: Path) -> gguf.GGUFHeader:
+    try:
+        return gguf.read_file(path)
+    except FileNotFoundError as exc:
+        raise ModelLoadError(str(exc)) from None
+    except (gguf.GGUFError, OSError) as exc:
+        raise ModelLoadError(f"{path.name} is not a usable GGUF model file: {exc}") from None
+
+
+class LlamaBackend:
+    """One llama.cpp model and context with a single sequence (id 0)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_threads: int = 0,
+        device: str = "auto",
+        gpu_layers: int = -1,
+        tensor_split: list[float] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.header = read_model_header(self.path)
+        if not self.header.architecture:
+            raise ModelLoadError(f"{self.path.name} has no general.architecture: not a model file")
+        _ensure_backend()
+        used, n_gpu_layers, main_gpu, self.device_reason = _resolve_device(device, gpu_layers)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.main_gpu = main_gpu
+        mparams.use_mmap = True
+        self._split = None
+        if tensor_split:
+            n_dev = llama_cpp.llama_max_devices()
+            self._split = (ctypes.c_float * n_dev)(*tensor_split[:n_dev])
+            mparams.tensor_split = self._split
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_native_errors() or 'no reason'}")
+        self._ctx = None
+        self._batch = None
+        try:
+            threads = n_threads or default_threads()
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx = n_ctx
+            cparams.n_batch = n_batch
+            cparams.n_ubatch = n_batch
+            cparams.n_seq_max = 1
+            cparams.n_threads = threads
+            cparams.n_threads_batch = threads
+            cparams.swa_full = True  # rollback needs the whole sliding window kept (gemma3)
+            cparams.no_perf = True
+            self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+            if not self._ctx:
+                raise ModelLoadError(
+                    f"llama.cpp could not create a context for {self.path.name} with n_ctx={n_ctx}: "
+                    f"{_native_errors() or 'out of memory?'}"
+                )
+            self._mem = llama_cpp.llama_get_memory(self._ctx)
+            self._vocab_p = llama_cpp.llama_model_get_vocab(self._model)
+            self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+            self.n_batch = n_batch
+            self.n_threads = threads
+            self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab_p))
+            if self.n_vocab <= 0:
+                raise ModelLoadError(f"{self.path.name} has no vocabulary: not a text model")
+            self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+            self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
+            self._batch_pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
+            self._batch_logits = np.ctypeslib.as_array(
+                ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(n_batch,)
+            )
+            for i in range(n_batch):
+                self._batch.n_seq_id[i] = 1
+                self._batch.seq_id[i][0] = 0
+            self._arange = np.arange(n_batch, dtype=np.int32)
+        except BaseException:
+            self.close()
+            raise
+        self._tok_buf = (llama_cpp.llama_token * 4096)()
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._pieces: dict[int, bytes] = {}
+        self.kv_tokens: list[int] = []
+        self.chat_template = self.header.chat_template
+        vt = self._vocab_p
+        self.vocab = VocabInfo(
+            vocab_type=int(llama_cpp.llama_vocab_type(vt)),
+            n_tokens=self.n_vocab,
+            bos=int(llama_cpp.llama_vocab_bos(vt)),
+            eos=int(llama_cpp.llama_vocab_eos(vt)),
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vt)),
+            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(vt)),
+        )
+        self.facts = ModelFacts(
+            path=str(self.path),
+            architecture=self.header.architecture,
+            name=self.header.name or self.path.stem,
+            n_params=int(llama_cpp.llama_model_n_params(self._model)),
+            weights_bytes=int(llama_cpp.llama_model_size(self._model)),
+            kv_bytes_per_token=_kv_bytes_per_token(self.header),
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
+            n_layer=int(llama_cpp.llama_model_n_layer(self._model)),
+            device=used,
+            gpu_layers=n_gpu_layers,
+        )
+        log.info(
+            "loaded %s (%s, %.0f MB) on %s, n_ctx=%d, threads=%d",
+            self.path.name, self.facts.architecture, self.facts.weights_bytes / 1e6, used, self.n_ctx, threads,
+        )  # fmt: skip
+
+    # --- decoding -------------------------------------------------------------------------------------
+    def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
+        n = len(tokens)
+        if n == 0 or not 0 <= logits_from < n:
+            raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
+        start = len(self.kv_tokens)
+        if start + n > self.n_ctx:
+            raise ContextLengthExceeded(
+                f"{start + n} tokens do not fit the context of {self.n_ctx} tokens"
+            )
+        nb = self.n_batch
+        last_chunk = (n - 1) // nb * nb
+        if logits_from < last_chunk:
+            raise ValueError(f"logits requested for row {logits_from}, before the last batch at {last_chunk}")
+        for chunk in range(0, n, nb):
+            m = min(nb, n - chunk)
+            self._batch_tokens[:m] = tokens[chunk : chunk + m]
+            np.add(self._arange[:m], start + chunk, out=self._batch_pos[:m])
+            self._batch_logits[:m] = 0
+            if chunk == last_chunk:
+                self._batch_logits[logits_from - chunk : m] = 1
+            self._batch.n_tokens = m
+            ret = llama_cpp.llama_decode(self._ctx, self._batch)
+            if ret != 0:
+                llama_cpp.llama_memory_seq_rm(self._mem, 0, start + chunk, -1)
+                self.rollback(start)
+                raise DecodeError(f"llama_decode failed with code {ret}: {_native_errors() or 'no KV slot'}")
+            self.kv_tokens.extend(tokens[chunk : chunk + m])
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n - logits_from, self.n_vocab))
+
+    def rollback(self, n_keep: int) -> None:
+        if n_keep < len(self.kv_tokens):
+            if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+                raise DecodeError(f"this model's cache cannot roll back to position {n_keep}")
+            del self.kv_tokens[n_keep:]
+
+    def kv_pos_max(self) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
+
+    # --- tokens ---------------------------------------------------------------------------------------
+    def tokenize(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        while True:
+            n = llama_cpp.llama_tokenize(
+                self._vocab_p, text, len(text), self._tok_buf, len(self._tok_buf), add_special, parse_special
+            )
+            if n >= 0:
+                return list(self._tok_buf[:n])
+            self._tok_buf = (llama_cpp.llama_token * (-n + 16))()
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            buf = self._piece_buf
+            n = llama_cpp.llama_token_to_piece(self._vocab_p, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab_p, token, buf, len(buf), 0, False)
+            piece = buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def detokenize(self, tokens: list[int]) -> bytes:
+        return b"".join(self.token_bytes(t) for t in tokens)
+
+    def token_text(self, token: int) -> str:
+        raw = llama_cpp.llama_vocab_get_text(self._vocab_p, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab_p, token))
+
+    def is_control(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_control(self._vocab_p, token))
+
+    def special_token(self, name: str) -> int:
+        """FIM and other named tokens: fim_pre, fim_suf, fim_mid, eot, ... (-1 when absent)."""
+        return int(getattr(llama_cpp, f"llama_vocab_{name}")(self._vocab_p))
+
+    # --- lifetime -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> LlamaBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,264 @@
+"""Draft sources: n-gram prompt lookup, a same-vocabulary drafter model, and any model across vocabularies."""
+
+from __future__ import annotations
+
+import codecs
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from app.engine.backends.base import Backend
+from app.engine.errors import DrafterUnusable
+
+# llama.cpp's own rule (common/speculative.cpp): sizes within 128, token text identical from id 5 on.
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+VOCAB_CHECK_START_ID = 5
+_NON_TEXT_ARCHITECTURES = {"clip", "mmproj", "bert", "nomic-bert", "jina-bert-v2", "t5encoder", "wavtokenizer-dec"}
+
+
+class Drafter(Protocol):
+    source: str  # ngram | model | cross-vocab
+    cost_per_token_s: float  # measured cost of drafting one token (0 for lookups)
+
+    def begin(self, prompt: list[int], draft_prompt: bytes | None) -> None:
+        """A new generation starts from `prompt` (target tokens)."""
+        ...
+
+    def propose(self, committed: list[int], k: int) -> list[int]:
+        """Up to k target-vocabulary tokens likely to follow `committed` (prompt + generated)."""
+        ...
+
+    def sync(self, committed: list[int]) -> None:
+        """After a step: drop cached state beyond what `committed` confirms."""
+        ...
+
+
+# --- n-gram prompt lookup -----------------------------------------------------------------------------
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the last n tokens and propose what followed.
+
+    An index from n-gram to its latest start makes each lookup O(1) instead of a scan of the history.
+    """
+
+    source = "ngram"
+    cost_per_token_s = 0.0
+
+    def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"n-gram sizes {n_min}..{n_max}")
+        self.n_min, self.n_max = n_min, n_max
+        self._index: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # tokens of the history already in the index
+
+    def begin(self, prompt: list[int], draft_prompt: bytes | None) -> None:
+        self._index.clear()
+        self._indexed = 0
+
+    def _extend_index(self, history: list[int]) -> None:
+        # Index every n-gram that ends before the last token, so a match always has a continuation.
+        for end in range(max(self._indexed, 1), len(history)):
+            for n in range(self.n_min, self.n_max + 1):
+                start = end - n
+                if start >= 0:
+                    self._index[tuple(history[start:end])] = start
+        self._indexed = max(self._indexed, len(history))
+
+    def propose(self, committed: list[int], k: int) -> list[int]:
+        if k <= 0:
+            return []
+        if len(committed) < self._indexed:  # history shrank: a new generation without begin()
+            self.begin(committed, None)
+        self._extend_index(committed)
+        for n in range(self.n_max, self.n_min - 1, -1):
+            if len(committed) <= n:
+                continue
+            start = self._index.get(tuple(committed[-n:]))
+            if start is not None:
+                follow = start + n
+                return committed[follow : follow + k]
+        return []
+
+    def sync(self, committed: list[int]) -> None:
+        pass
+
+
+# --- vocabulary compatibility -------------------------------------------------------------------------
+
+
+@dataclass
+class VocabVerdict:
+    compatible: bool
+    target_size: int
+    drafter_size: int
+    reasons: list[str] = field(default_factory=list)
+    first_mismatch_id: int | None = None
+
+    def summary(self) -> str:
+        if self.compatible:
+            return f"same vocabulary ({self.target_size} tokens): drafting on the token path"
+        return "different vocabularies, drafting through text: " + "; ".join(self.reasons)
+
+
+def check_vocab(target: Backend, drafter: Backend) -> VocabVerdict:
+    """llama.cpp's compatibility rule for sharing draft tokens, with the reason when it fails."""
+    tv, dv = target.vocab, drafter.vocab
+    verdict = VocabVerdict(True, tv.n_tokens, dv.n_tokens)
+    if tv.vocab_type != dv.vocab_type:
+        verdict.reasons.append(f"tokenizer types differ (target {tv.vocab_type}, drafter {dv.vocab_type})")
+    if tv.add_bos != dv.add_bos or tv.add_eos != dv.add_eos:
+        verdict.reasons.append("BOS/EOS insertion differs")
+    if tv.bos != dv.bos or tv.eos != dv.eos:
+        verdict.reasons.append(f"BOS/EOS ids differ (target {tv.bos}/{tv.eos}, drafter {dv.bos}/{dv.eos})")
+    diff = abs(tv.n_tokens - dv.n_tokens)
+    if diff > VOCAB_MAX_SIZE_DIFFERENCE:
+        verdict.reasons.append(
+            f"vocabulary sizes differ by {diff} (target {tv.n_tokens}, drafter {dv.n_tokens}; at most "
+            f"{VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
+        )
+    for i in range(VOCAB_CHECK_START_ID, min(tv.n_tokens, dv.n_tokens)):
+        if target.token_text(i) != drafter.token_text(i):
+            verdict.first_mismatch_id = i
+            verdict.reasons.append(
+                f"token {i} differs: target {target.token_text(i)!r}, drafter {drafter.token_text(i)!r}"
+            )
+            break
+    verdict.compatible = not verdict.reasons
+    return verdict
+
+
+def check_drafter_usable(drafter: Backend) -> None:
+    arch = drafter.facts.architecture
+    if arch in _NON_TEXT_ARCHITECTURES:
+        raise DrafterUnusable(f"{drafter.facts.name} is a {arch!r} model, not a text generator: it cannot draft")
+    if drafter.n_vocab <= 0:
+        raise DrafterUnusable(f"{drafter.facts.name} has no vocabulary: it cannot draft")
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def measure_token_cost(model: Backend, repeats: int = 3) -> float:
+    """Seconds for one single-token decode of `model` after a short prefix (its drafting cost per token)."""
+    model.rollback(0)
+    base = [model.vocab.bos if model.vocab.bos >= 0 else 1] * 8
+    model.decode(base, len(base) - 1)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        model.decode([base[0]], 0)
+        best = min(best, time.perf_counter() - t0)
+        model.rollback(len(base))
+    model.rollback(0)
+    return best
+
+
+class _GreedyModel:
+    """A drafter model's KV cache kept in step with a token context, drafting greedily."""
+
+    def __init__(self, model: Backend) -> None:
+        self.model = model
+
+    def continue_from(self, context: list[int], k: int) -> list[int]:
+        m = self.model
+        keep = min(_common_prefix(m.kv_tokens, context), len(context) - 1)
+        m.rollback(keep)
+        if len(context) + k > m.n_ctx:
+            return []
+        rows = m.decode(context[keep:], len(context) - keep - 1)
+        out = [int(rows[0].argmax())]
+        while len(out) < k:
+            out.append(int(m.decode([out[-1]], 0)[0].argmax()))
+        return out
+
+    def sync(self, context: list[int]) -> None:
+        self.model.rollback(_common_prefix(self.model.kv_tokens, context))
+
+
+class ModelDrafter:
+    """A smaller model with the target's vocabulary drafts greedily on the token path."""
+
+    source = "model"
+
+    def __init__(self, model: Backend, cost_per_token_s: float) -> None:
+        self.model = model
+        self.cost_per_token_s = cost_per_token_s
+        self._greedy = _GreedyModel(model)
+
+    def begin(self, prompt: list[int], draft_prompt: bytes | None) -> None:
+        pass  # the KV cache is reused by common prefix
+
+    def propose(self, committed: list[int], k: int) -> list[int]:
+        return self._greedy.continue_from(committed, k) if k > 0 else []
+
+    def sync(self, committed: list[int]) -> None:
+        self._greedy.sync(committed)
+
+
+class CrossVocabDrafter:
+    """Any text model drafts through text: its tokens are detokenized and re-tokenized for the target.
+
+    The drafter reads its own rendering of the prompt (`draft_prompt`), followed by the text the target
+    has generated; the target verifies every proposed token, so the output stays exact.
+    """
+
+    source = "cross-vocab"
+
+    def __init__(self, model: Backend, target: Backend, verdict: VocabVerdict, cost_per_token_s: float) -> None:
+        self.model = model
+        self.target = target
+        self.verdict = verdict
+        self.cost_per_token_s = cost_per_token_s
+        self._greedy = _GreedyModel(model)
+        self._prompt_len = 0
+        self._prompt_tokens: list[int] = []
+        self._generated = bytearray()
+        self._seen = 0  # committed target tokens already turned into text
+        self._context: list[int] = []
+
+    def begin(self, prompt: list[int], draft_prompt: bytes | None) -> None:
+        if draft_prompt is None:
+            draft_prompt = self.target_text(prompt)
+        self._prompt_tokens = self.model.tokenize(draft_prompt, True, True)
+        self._prompt_len = len(prompt)
+        self._generated.clear()
+        self._seen = len(prompt)
+
+    def target_text(self, tokens: list[int]) -> bytes:
+        return b"".join(self.target.token_bytes(t) for t in tokens)
+
+    def _drafter_context(self, committed: list[int]) -> list[int]:
+        if len(committed) < self._seen:
+            raise ValueError("committed history shrank without begin()")
+        self._generated += self.target_text(committed[self._seen :])
+        self._seen = len(committed)
+        text = bytes(self._generated)
+        cut = _complete_utf8_prefix(text)
+        return self._prompt_tokens + (self.model.tokenize(text[:cut], False, False) if cut else [])
+
+    def propose(self, committed: list[int], k: int) -> list[int]:
+        if k <= 0:
+            return []
+        self._context = self._drafter_context(committed)
+        drafted = self._greedy.continue_from(self._context, k)
+        text = b"".join(self.model.token_bytes(t) for t in drafted)
+        if not text:
+            return []
+        return self.target.tokenize(text, False, False)[:k]
+
+    def sync(self, committed: list[int]) -> None:
+        self._greedy.sync(self._drafter_context(committed))
+
+
+def _complete_utf8_prefix(data: bytes) -> int:
+    """Length of the longest prefix of data that ends on a UTF-8 character boundary."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(data, final=False)
+    pending, _ = decoder.getstate()
+    return len(data) - len(pending)

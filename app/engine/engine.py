@@ -1,0 +1,203 @@
+"""A loaded target (and drafter) with its chat format and draft policy: what bench, CLI and server drive."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app import paths
+from app.config import Settings
+from app.engine.backends.llama import LlamaBackend
+from app.engine.chat import ChatFormat
+from app.engine.drafters import (
+    CrossVocabDrafter,
+    Drafter,
+    ModelDrafter,
+    NgramDrafter,
+    VocabVerdict,
+    check_drafter_usable,
+    check_vocab,
+    measure_token_cost,
+)
+from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
+from app.engine.generation import Chunk, GenerationRequest, StepHook, generate
+from app.engine.policy import DraftPolicy, VerifyCosts, measure_verify_costs
+
+log = logging.getLogger("foresight.engine")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    tokens: list[int]
+    text: str
+    draft_prompt: bytes | None  # the drafter's own rendering, for cross-vocabulary drafting
+
+
+class Engine:
+    """The one owner of the loaded models; call it from one thread at a time."""
+
+    def __init__(
+        self,
+        target: str | Path,
+        draft: str | Path | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        es, ds = self.settings.engine, self.settings.draft
+        self.target = LlamaBackend(
+            target,
+            n_ctx=es.n_ctx,
+            n_batch=es.n_batch,
+            n_threads=es.n_threads,
+            device=es.device,
+            gpu_layers=es.gpu_layers,
+            tensor_split=es.tensor_split,
+        )
+        self.chat = ChatFormat(self.target.chat_template, self.target.facts.architecture)
+        self.draft_model: LlamaBackend | None = None
+        self.draft_chat: ChatFormat | None = None
+        self.vocab_verdict: VocabVerdict | None = None
+        self.drafter: Drafter | None = None
+        self.policy: DraftPolicy | None = None
+        self.costs: VerifyCosts | None = None
+        try:
+            mode = ds.mode
+            if mode == "auto":
+                mode = "model" if draft else "ngram"
+            if mode == "model":
+                if not draft:
+                    raise DrafterUnusable("draft mode 'model' needs a drafter model file")
+                self.drafter = self._load_drafter(Path(draft))
+            elif mode == "ngram":
+                self.drafter = NgramDrafter(ds.ngram_min, max(ds.ngram_min, ds.ngram_max))
+            if self.drafter is not None:
+                self.costs = measure_verify_costs(
+                    self.target, ds.max_draft + 1, paths.cache_dir() / "verify-costs.json", self._cost_key()
+                )
+                self.policy = DraftPolicy(self.costs, ds.max_draft, self.drafter.cost_per_token_s, ds.adaptive)
+        except BaseException:
+            self.close()
+            raise
+
+    def _cost_key(self) -> str:
+        t = self.target
+        st = t.path.stat()
+        return f"{t.path.name}:{st.st_size}:{t.facts.device}:{t.n_threads}t:{t.n_batch}b"
+
+    def _load_drafter(self, path: Path) -> Drafter:
+        es = self.settings.engine
+        try:
+            model = LlamaBackend(
+                path,
+                n_ctx=self.target.n_ctx,
+                n_batch=min(es.n_batch, 512),
+                n_threads=es.n_threads,
+                device=es.draft_device,
+                gpu_layers=es.gpu_layers,
+            )
+        except ModelLoadError as exc:
+            raise DrafterUnusable(f"the drafter cannot be used: {exc}") from exc
+        self.draft_model = model
+        check_drafter_usable(model)
+        self.vocab_verdict = check_vocab(self.target, model)
+        cost = measure_token_cost(model)
+        log.info("drafter %s: %s", path.name, self.vocab_verdict.summary())
+        if self.vocab_verdict.compatible:
+            return ModelDrafter(model, cost)
+        self.draft_chat = ChatFormat(model.chat_template, model.facts.architecture)
+        return CrossVocabDrafter(model, self.target, self.vocab_verdict, cost)
+
+    # --- prompts --------------------------------------------------------------------------------------
+    def tokenize_text(self, text: str) -> list[int]:
+        return self.target.tokenize(text.encode("utf-8"), True, False)
+
+    def render_chat(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> Prompt:
+        text = self.chat.render(messages, tools)
+        tokens = self.target.tokenize(text.encode("utf-8"), True, True)
+        draft_prompt = None
+        if self.draft_chat is not None:
+            draft_prompt = self.draft_chat.render(messages).encode("utf-8")
+        return Prompt(tokens, text, draft_prompt)
+
+    # --- generation -----------------------------------------------------------------------------------
+    def generate(
+        self,
+        request: GenerationRequest,
+        cancel: threading.Event | None = None,
+        on_step: StepHook | None = None,
+    ) -> Iterator[Chunk]:
+        if request.stop and not all(isinstance(s, str) for s in request.stop):
+            raise InvalidRequest("stop must be a list of strings")
+        stop = [*request.stop, *self.chat.stop]
+        req = GenerationRequest(
+            request.prompt, request.params, request.max_tokens, stop, request.draft_prompt, request.speculative
+        )
+        return generate(self.target, req, self.drafter, self.policy, cancel, on_step)
+
+    def props(self) -> dict[str, Any]:
+        t = self.target
+        out: dict[str, Any] = {
+            "target": {
+                "path": t.facts.path,
+                "name": t.facts.name,
+                "architecture": t.facts.architecture,
+                "parameters": t.facts.n_params,
+                "weights_bytes": t.facts.weights_bytes,
+                "kv_bytes_per_token": t.facts.kv_bytes_per_token,
+                "n_ctx": t.n_ctx,
+                "n_ctx_train": t.facts.n_ctx_train,
+                "device": t.facts.device,
+                "device_reason": t.device_reason,
+                "threads": t.n_threads,
+            },
+            "chat_template": self.chat.source,
+            "draft": {"source": self.drafter.source if self.drafter else "none"},
+        }
+        if self.draft_model is not None:
+            out["draft"].update(
+                path=self.draft_model.facts.path,
+                name=self.draft_model.facts.name,
+                device=self.draft_model.facts.device,
+                cost_per_token_ms=round(self.drafter.cost_per_token_s * 1e3, 3) if self.drafter else None,
+            )
+        if self.vocab_verdict is not None:
+            v = self.vocab_verdict
+            out["draft"]["vocabulary"] = {
+                "compatible": v.compatible,
+                "target_size": v.target_size,
+                "drafter_size": v.drafter_size,
+                "first_mismatch_id": v.first_mismatch_id,
+                "reasons": v.reasons,
+                "summary": v.summary(),
+            }
+        if self.policy is not None and self.costs is not None:
+            k, gain = self.policy.best()
+            out["draft"]["policy"] = {
+                "max_draft": self.policy.max_draft,
+                "adaptive": self.policy.adaptive,
+                "verify_cost_ms": [round(s * 1e3, 3) for s in self.costs.seconds],
+                "verify_cost_relative": self.costs.relative(),
+                "acceptance_estimate": [round(a, 3) for a in self.policy.acceptance()],
+                "best_draft_length": k,
+                "expected_speedup": round(gain, 3),
+            }
+        return out
+
+    def close(self) -> None:
+        if self.draft_model is not None:
+            self.draft_model.close()
+            self.draft_model = None
+        if getattr(self, "target", None) is not None:
+            self.target.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,88 @@
+"""Speculation statistics of one generation: what was drafted, what the target accepted, where time went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SpecStats:
+    draft_source: str = "none"  # none | ngram | model | cross-vocab
+    steps: int = 0  # target passes during generation (plain and verify)
+    spec_steps: int = 0  # passes that verified a draft
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV came from the previous request
+    draft_position_tries: list[int] = field(default_factory=list)
+    draft_position_hits: list[int] = field(default_factory=list)
+    draft_lengths: dict[int, int] = field(default_factory=dict)  # chosen max draft length -> steps
+    accepted_hist: dict[int, int] = field(default_factory=dict)  # accepted drafts per spec step -> count
+    fallback_steps: int = 0  # steps the policy decoded plainly because drafting would not pay
+    fallback_reason: str = ""
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    host_s: float = 0.0
+    decode_s: float = 0.0  # wall time from the first generated token to the last
+
+    def record_step(self, max_len: int, drafted: int, accepted: int) -> None:
+        self.steps += 1
+        self.draft_lengths[max_len] = self.draft_lengths.get(max_len, 0) + 1
+        if drafted == 0:
+            return
+        self.spec_steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.accepted_hist[accepted] = self.accepted_hist.get(accepted, 0) + 1
+        while len(self.draft_position_tries) < drafted:
+            self.draft_position_tries.append(0)
+            self.draft_position_hits.append(0)
+        for i in range(min(drafted, accepted + 1)):
+            self.draft_position_tries[i] += 1
+            if i < accepted:
+                self.draft_position_hits[i] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_len(self) -> float:
+        """Tokens emitted per target pass: accepted drafts plus the target's own token."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.emitted / self.decode_s if self.decode_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "draft_source": self.draft_source,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "mean_accepted_len": round(self.mean_accepted_len, 3),
+            "acceptance_by_position": [
+                round(h / t, 4) if t else 0.0
+                for h, t in zip(self.draft_position_hits, self.draft_position_tries, strict=True)
+            ],
+            "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_hist.items())},
+            "draft_lengths": {str(k): v for k, v in sorted(self.draft_lengths.items())},
+            "target_passes": self.steps,
+            "fallback_steps": self.fallback_steps,
+            "fallback_reason": self.fallback_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused_tokens,
+            "emitted": self.emitted,
+            "time_s": {
+                "prefill": round(self.prefill_s, 4),
+                "draft": round(self.draft_s, 4),
+                "verify": round(self.verify_s, 4),
+                "host": round(self.host_s, 4),
+                "decode": round(self.decode_s, 4),
+            },
+            "tokens_per_second": round(self.tokens_per_second, 2),
+        }

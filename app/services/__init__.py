@@ -1,0 +1,1 @@
+"""Qt-core glue between the UI and the engine process (process wrapper, HTTP client, jobs)."""
