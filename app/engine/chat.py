@@ -112,7 +112,10 @@ class ChatFormat:
     @staticmethod
     def _render_plain(messages: Sequence[Message], add_generation_prompt: bool) -> str:
         names = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
-        out = [f"{names.get(m['role'], str(m['role']).title())}: {message_text(m.get('content'))}\n" for m in messages]
+        out = [
+            f"{names.get(m['role'], str(m['role']).title())}: {message_text(m.get('content'))}\n"
+            for m in messages
+        ]
         if add_generation_prompt:
             out.append("Assistant:")
         return "".join(out)

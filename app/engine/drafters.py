@@ -13,7 +13,15 @@ from app.engine.errors import DrafterUnusable
 # llama.cpp's own rule (common/speculative.cpp): sizes within 128, token text identical from id 5 on.
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_ID = 5
-_NON_TEXT_ARCHITECTURES = {"clip", "mmproj", "bert", "nomic-bert", "jina-bert-v2", "t5encoder", "wavtokenizer-dec"}
+_NON_TEXT_ARCHITECTURES = {
+    "clip",
+    "mmproj",
+    "bert",
+    "nomic-bert",
+    "jina-bert-v2",
+    "t5encoder",
+    "wavtokenizer-dec",
+}
 
 
 class Drafter(Protocol):
@@ -131,7 +139,9 @@ def check_vocab(target: Backend, drafter: Backend) -> VocabVerdict:
 def check_drafter_usable(drafter: Backend) -> None:
     arch = drafter.facts.architecture
     if arch in _NON_TEXT_ARCHITECTURES:
-        raise DrafterUnusable(f"{drafter.facts.name} is a {arch!r} model, not a text generator: it cannot draft")
+        raise DrafterUnusable(
+            f"{drafter.facts.name} is a {arch!r} model, not a text generator: it cannot draft"
+        )
     if drafter.n_vocab <= 0:
         raise DrafterUnusable(f"{drafter.facts.name} has no vocabulary: it cannot draft")
 
@@ -210,7 +220,9 @@ class CrossVocabDrafter:
 
     source = "cross-vocab"
 
-    def __init__(self, model: Backend, target: Backend, verdict: VocabVerdict, cost_per_token_s: float) -> None:
+    def __init__(
+        self, model: Backend, target: Backend, verdict: VocabVerdict, cost_per_token_s: float
+    ) -> None:
         self.model = model
         self.target = target
         self.verdict = verdict
@@ -229,24 +241,28 @@ class CrossVocabDrafter:
         self._prompt_len = len(prompt)
         self._generated.clear()
         self._seen = len(prompt)
+        self._context = []
 
     def target_text(self, tokens: list[int]) -> bytes:
         return b"".join(self.target.token_bytes(t) for t in tokens)
 
     def _drafter_context(self, committed: list[int]) -> list[int]:
+        """The drafter's tokens for its prompt plus the text of what the target generated so far."""
         if len(committed) < self._seen:
             raise ValueError("committed history shrank without begin()")
+        if len(committed) == self._seen and self._context:
+            return self._context
         self._generated += self.target_text(committed[self._seen :])
         self._seen = len(committed)
         text = bytes(self._generated)
         cut = _complete_utf8_prefix(text)
-        return self._prompt_tokens + (self.model.tokenize(text[:cut], False, False) if cut else [])
+        self._context = self._prompt_tokens + (self.model.tokenize(text[:cut], False, False) if cut else [])
+        return self._context
 
     def propose(self, committed: list[int], k: int) -> list[int]:
         if k <= 0:
             return []
-        self._context = self._drafter_context(committed)
-        drafted = self._greedy.continue_from(self._context, k)
+        drafted = self._greedy.continue_from(self._drafter_context(committed), k)
         text = b"".join(self.model.token_bytes(t) for t in drafted)
         if not text:
             return []

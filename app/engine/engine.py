@@ -78,7 +78,9 @@ class Engine:
                 self.costs = measure_verify_costs(
                     self.target, ds.max_draft + 1, paths.cache_dir() / "verify-costs.json", self._cost_key()
                 )
-                self.policy = DraftPolicy(self.costs, ds.max_draft, self.drafter.cost_per_token_s, ds.adaptive)
+                self.policy = DraftPolicy(
+                    self.costs, ds.max_draft, self.drafter.cost_per_token_s, ds.adaptive
+                )
         except BaseException:
             self.close()
             raise
@@ -136,7 +138,12 @@ class Engine:
             raise InvalidRequest("stop must be a list of strings")
         stop = [*request.stop, *self.chat.stop]
         req = GenerationRequest(
-            request.prompt, request.params, request.max_tokens, stop, request.draft_prompt, request.speculative
+            request.prompt,
+            request.params,
+            request.max_tokens,
+            stop,
+            request.draft_prompt,
+            request.speculative,
         )
         return generate(self.target, req, self.drafter, self.policy, cancel, on_step)
 

@@ -118,10 +118,13 @@ def generate(
         raise InvalidRequest(f"max_tokens must be at least 1, got {request.max_tokens}")
     if len(prompt) >= target.n_ctx:
         raise ContextLengthExceeded(
-            f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx} (with room for one reply token)"
+            f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx} "
+            "(with room for one reply token)"
         )
     use_draft = bool(request.speculative and drafter is not None and policy is not None)
-    stats = SpecStats(draft_source=drafter.source if use_draft and drafter else "none", prompt_tokens=len(prompt))
+    stats = SpecStats(
+        draft_source=drafter.source if use_draft and drafter else "none", prompt_tokens=len(prompt)
+    )
     sampler = Sampler(request.params, target.n_vocab)
     out = _TextOutput(request.stop)
 
@@ -185,7 +188,8 @@ def generate(
         room = min(request.max_tokens - n_generated - 1, target.n_ctx - len(committed) - 1)
         k, draft, draft_s = 0, [], 0.0
         if use_draft:
-            assert drafter is not None and policy is not None
+            assert drafter is not None
+            assert policy is not None
             k = min(policy.choose(), max(room, 0))
             if k > 0:
                 d0 = clock()
@@ -203,7 +207,8 @@ def generate(
         step_tokens = result.tokens
         step_flags = [i < result.accepted for i in range(len(result.tokens))]
         if use_draft:
-            assert drafter is not None and policy is not None
+            assert drafter is not None
+            assert policy is not None
             if not draft:
                 shadow.check(step_tokens[0], policy)
             host_s = clock() - step_t0 - draft_s - result.verify_s

@@ -65,7 +65,7 @@ class VerifyCosts:
 def measure_verify_costs(
     target: Backend, max_m: int, cache_file: Path | None = None, cache_key: str = ""
 ) -> VerifyCosts:
-    """Time one target pass of m tokens after a 64-token prefix, for a spread of m; cached per model+device."""
+    """Time one target pass of m tokens after a 64-token prefix, for a spread of m; cached per model."""
     sizes = [m for m in CALIBRATION_SIZES if m <= max_m] + ([max_m] if max_m not in CALIBRATION_SIZES else [])
     if cache_file is not None and cache_file.exists():
         try:
@@ -77,7 +77,9 @@ def measure_verify_costs(
         except (ValueError, OSError):
             log.warning("ignoring unreadable verify-cost cache %s", cache_file)
     target.rollback(0)
-    filler = target.tokenize(b"def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n", True, False)
+    filler = target.tokenize(
+        b"def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n", True, False
+    )
     prefix = (filler * (64 // max(len(filler), 1) + 1))[:64]
     target.decode(prefix, len(prefix) - 1)
     points: dict[int, float] = {}
@@ -108,7 +110,9 @@ def measure_verify_costs(
 class DraftPolicy:
     """Chooses each step's draft length; one instance per loaded pair, learning across requests."""
 
-    def __init__(self, costs: VerifyCosts, max_draft: int, draft_cost_s: float, adaptive: bool = True) -> None:
+    def __init__(
+        self, costs: VerifyCosts, max_draft: int, draft_cost_s: float, adaptive: bool = True
+    ) -> None:
         self.costs = costs
         self.max_draft = max_draft
         self.draft_cost_s = draft_cost_s
@@ -129,15 +133,20 @@ class DraftPolicy:
         for a in self.acceptance()[:k]:
             survive *= a
             tokens += survive
-        seconds = self.costs.cost(k + 1) + k * self.draft_cost_s + self.host_s
-        return tokens / seconds, tokens
+        return tokens / self._seconds(k), tokens
+
+    def _seconds(self, k: int) -> float:
+        return self.costs.cost(k + 1) + k * self.draft_cost_s + self.host_s
 
     def best(self) -> tuple[int, float]:
-        """(k, speed-up over a plain step) for the best draft length."""
-        plain, _ = self.expected_rate(0)
+        """(k, speed-up over a plain step) for the best draft length, in one pass over k."""
+        plain = 1.0 / self._seconds(0)
         best_k, best_rate = 0, plain
-        for k in range(1, self.max_draft + 1):
-            rate, _ = self.expected_rate(k)
+        tokens, survive = 1.0, 1.0
+        for k, (h, t) in enumerate(zip(self.hits, self.tries, strict=True), start=1):
+            survive *= h / t
+            tokens += survive
+            rate = tokens / self._seconds(k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate / plain

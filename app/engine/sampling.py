@@ -61,10 +61,7 @@ class Sampler:
         if p.greedy:
             return np.array([int(x.argmax())]), np.array([1.0])
         n = x.shape[0]
-        if 0 < p.top_k < n:
-            ids = np.argpartition(x, n - p.top_k)[n - p.top_k :]
-        else:
-            ids = None
+        ids = np.argpartition(x, n - p.top_k)[n - p.top_k :] if 0 < p.top_k < n else None
         if p.top_p < 1.0:
             ids = self._nucleus(x, ids, p.top_p)
         vals = x if ids is None else x[ids]

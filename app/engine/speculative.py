@@ -1,4 +1,4 @@
-"""One speculative step, draft -> verify -> accept -> roll back, and the acceptance rules as pure functions."""
+"""One speculative step (verify -> accept -> roll back) and the acceptance rules as pure functions."""
 
 from __future__ import annotations
 

@@ -20,18 +20,24 @@ from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
 
 log = logging.getLogger("foresight.llama")
 _native_log = logging.getLogger("llama.cpp")
-_recent_native_lines: collections.deque[str] = collections.deque(maxlen=40)
-_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_recent_problems: collections.deque[str] = collections.deque(maxlen=8)  # llama.cpp's last warnings/errors
+# ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line
+_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+_last_level = [logging.DEBUG]
 _init_lock = threading.Lock()
 _initialised = False
 
 
 @llama_cpp.llama_log_callback
 def _on_native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", errors="replace")
-    _recent_native_lines.append(line)
-    if line.strip():
-        _native_log.log(_LEVELS.get(level, logging.DEBUG), line.rstrip())
+    line = text.decode("utf-8", errors="replace").rstrip()
+    py_level = _last_level[0] if level == 5 else _LEVELS.get(level, logging.DEBUG)
+    _last_level[0] = py_level
+    if not line:
+        return
+    if py_level >= logging.WARNING:
+        _recent_problems.append(line)
+    _native_log.log(py_level, line)
 
 
 def _ensure_backend() -> None:
@@ -56,8 +62,10 @@ def default_threads() -> int:
 
 
 def _native_errors() -> str:
-    lines = [ln.strip() for ln in _recent_native_lines if "error" in ln.lower() or "failed" in ln.lower()]
-    return "; ".join(lines[-3:])
+    """llama.cpp's recent warnings and errors, consumed: they explain the failure being reported."""
+    lines = list(_recent_problems)[-3:]
+    _recent_problems.clear()
+    return "; ".join(lines)
 
 
 def _resolve_device(device: str, gpu_layers: int) -> tuple[str, int, int, str]:
@@ -124,7 +132,6 @@ class LlamaBackend:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         mparams.main_gpu = main_gpu
-        mparams.use_mmap = True
         self._split = None
         if tensor_split:
             n_dev = llama_cpp.llama_max_devices()
@@ -132,7 +139,9 @@ class LlamaBackend:
             mparams.tensor_split = self._split
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_native_errors() or 'no reason'}")
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path.name}: {_native_errors() or 'no reason'}"
+            )
         self._ctx = None
         self._batch = None
         try:
@@ -201,8 +210,13 @@ class LlamaBackend:
         )
         log.info(
             "loaded %s (%s, %.0f MB) on %s, n_ctx=%d, threads=%d",
-            self.path.name, self.facts.architecture, self.facts.weights_bytes / 1e6, used, self.n_ctx, threads,
-        )  # fmt: skip
+            self.path.name,
+            self.facts.architecture,
+            self.facts.weights_bytes / 1e6,
+            used,
+            self.n_ctx,
+            threads,
+        )
 
     # --- decoding -------------------------------------------------------------------------------------
     def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
@@ -211,9 +225,7 @@ class LlamaBackend:
             raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
         start = len(self.kv_tokens)
         if start + n > self.n_ctx:
-            raise ContextLengthExceeded(
-                f"{start + n} tokens do not fit the context of {self.n_ctx} tokens"
-            )
+            raise ContextLengthExceeded(f"{start + n} tokens do not fit the context of {self.n_ctx} tokens")
         nb = self.n_batch
         last_chunk = (n - 1) // nb * nb
         if logits_from < last_chunk:

@@ -1,0 +1,192 @@
+"""Command line: `python -m app [chat|generate|bench] ...`; the frozen executable dispatches the same way."""
+
+from __future__ import annotations
+
+# The engine process imports llama_cpp before NumPy (a CUDA build was seen to segfault otherwise).
+import llama_cpp  # noqa: F401  # isort: skip
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from app import __version__, paths
+from app.config import ConfigError, Settings, add_section_flags, load_settings, overrides_from_args
+from app.logs import setup_logging
+
+log = logging.getLogger("foresight")
+COMMANDS = ("chat", "generate", "bench")
+DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts.json"
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="default", help="target GGUF: a path, 'default' or 'gemma-3-270m'")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--draft", help="drafter GGUF (a path or a packaged model's key)")
+    group.add_argument("--ngram", action="store_true", help="draft by n-gram prompt lookup")
+    group.add_argument("--no-draft", action="store_true", help="plain decoding only")
+    add_section_flags(p, "engine", ["n_ctx", "n_batch", "n_threads", "device", "draft_device", "gpu_layers"])
+    add_section_flags(p, "draft", ["max_draft", "adaptive", "ngram_min", "ngram_max"])
+
+
+def _sampling_flags(p: argparse.ArgumentParser) -> None:
+    add_section_flags(
+        p, "sampling", ["temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens", "seed"]
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="foresight", description="Fast, private, local AI.")
+    parser.add_argument("--version", action="version", version=f"Foresight {__version__}")
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    chat = sub.add_parser("chat", help="chat in the terminal with the default model (the default command)")
+    _model_flags(chat)
+    _sampling_flags(chat)
+    chat.add_argument("--system", default="", help="system prompt")
+
+    gen = sub.add_parser("generate", help="answer one prompt and print the text and speculation stats")
+    _model_flags(gen)
+    _sampling_flags(gen)
+    gen.add_argument("prompt", help="the user message (or raw text with --raw)")
+    gen.add_argument("--raw", action="store_true", help="complete the text as is, without the chat template")
+    gen.add_argument("--json", action="store_true", help="print one JSON object")
+
+    bench = sub.add_parser("bench", help="plain vs speculative decoding side by side on a prompt set")
+    _model_flags(bench)
+    bench.add_argument(
+        "--prompts", type=Path, default=DEFAULT_PROMPTS, help="prompt file (bench/prompts.json)"
+    )
+    bench.add_argument("--tokens", type=int, default=256, help="tokens generated per prompt")
+    bench.add_argument("--only", default="", help="comma-separated prompt names or kinds to run")
+    bench.add_argument("--json", action="store_true", help="one JSON line per prompt, then a summary")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = overrides_from_args(args)
+    if getattr(args, "ngram", False):
+        overrides.setdefault("draft", {})["mode"] = "ngram"
+    elif getattr(args, "no_draft", False):
+        overrides.setdefault("draft", {})["mode"] = "none"
+    elif getattr(args, "draft", None):
+        overrides.setdefault("draft", {})["mode"] = "model"
+    return load_settings(overrides=overrides)
+
+
+def _engine(args: argparse.Namespace):
+    from app.catalog.packaged import resolve_model
+    from app.engine.engine import Engine
+
+    draft = resolve_model(args.draft) if getattr(args, "draft", None) else None
+    return Engine(resolve_model(args.target), draft, _settings(args))
+
+
+def _sampling(settings: Settings):
+    from app.engine.sampling import SamplingParams
+
+    s = settings.sampling
+    return SamplingParams(s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n, s.seed)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from app.engine.generation import GenerationRequest
+
+    settings = _settings(args)
+    with _engine(args) as engine:
+        if args.raw:
+            tokens, draft_prompt = engine.tokenize_text(args.prompt), None
+        else:
+            prompt = engine.render_chat([{"role": "user", "content": args.prompt}])
+            tokens, draft_prompt = prompt.tokens, prompt.draft_prompt
+        request = GenerationRequest(
+            tokens, _sampling(settings), settings.sampling.max_tokens, (), draft_prompt, True
+        )
+        text, stats, finish = [], None, None
+        for chunk in engine.generate(request):
+            if not args.json:
+                print(chunk.text, end="", flush=True)
+            text.append(chunk.text)
+            stats, finish = chunk.stats or stats, chunk.finish_reason or finish
+        result = {"text": "".join(text), "finish_reason": finish, "stats": stats.as_dict() if stats else None}
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(f"\n\n[{finish}] " + json.dumps(result["stats"]), file=sys.stderr)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from app.engine.generation import GenerationRequest
+
+    settings = _settings(args)
+    print("Loading the model...", file=sys.stderr)
+    with _engine(args) as engine:
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        print("Ready. Type a message; an empty line or Ctrl-D quits.", file=sys.stderr)
+        while True:
+            try:
+                line = input("\n> ").strip()
+            except (EOFError, KeyboardInterrupt):
+                break
+            if not line:
+                break
+            messages.append({"role": "user", "content": line})
+            prompt = engine.render_chat(messages)
+            request = GenerationRequest(
+                prompt.tokens, _sampling(settings), settings.sampling.max_tokens, (), prompt.draft_prompt
+            )
+            reply, stats = [], None
+            try:
+                for chunk in engine.generate(request):
+                    print(chunk.text, end="", flush=True)
+                    reply.append(chunk.text)
+                    stats = chunk.stats or stats
+            except KeyboardInterrupt:
+                print("\n[stopped]")
+            messages.append({"role": "assistant", "content": "".join(reply)})
+            if stats is not None:
+                print(
+                    f"\n[{stats.tokens_per_second:.1f} tok/s, {stats.mean_accepted_len:.2f} tokens/pass, "
+                    f"{stats.draft_source}]",
+                    file=sys.stderr,
+                )
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from app.bench import load_prompts, run_bench
+
+    prompts = load_prompts(args.prompts)
+    if args.only:
+        wanted = set(args.only.split(","))
+        prompts = [p for p in prompts if p["name"] in wanted or p.get("kind") in wanted]
+        if not prompts:
+            raise SystemExit(f"no prompt in {args.prompts} is named or of kind {args.only!r}")
+    with _engine(args) as engine:
+        run_bench(engine, prompts, args.tokens, args.json)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not set(argv) & {*COMMANDS, "-h", "--help", "--version"}:
+        argv = ["chat", *argv]
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, paths.log_dir() / "foresight.log")
+    from app.catalog.packaged import ModelPackageMissing
+    from app.engine.errors import EngineError
+
+    handlers = {"chat": cmd_chat, "generate": cmd_generate, "bench": cmd_bench}
+    try:
+        return handlers[args.command](args)
+    except (EngineError, ModelPackageMissing, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

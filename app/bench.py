@@ -1,0 +1,217 @@
+"""`python -m app bench`: plain vs speculative decoding, same prompts, model files and device, one run."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.engine.engine import Engine
+from app.engine.generation import GenerationRequest
+from app.engine.sampling import SamplingParams
+from app.engine.stats import SpecStats
+
+NEAR_TIE = 0.5  # logits: a greedy run may part from another only where the top-2 margin is below this
+
+
+@dataclass
+class RunResult:
+    tokens: list[int]
+    text: str
+    stats: SpecStats
+
+    @property
+    def tok_s(self) -> float:
+        return self.stats.tokens_per_second
+
+
+@dataclass
+class PromptReport:
+    name: str
+    kind: str
+    plain: RunResult
+    spec: RunResult
+    match: bool
+    first_difference: int | None = None
+    margin: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.spec.tok_s / self.plain.tok_s if self.plain.tok_s else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.spec.stats
+        return {
+            "prompt": self.name,
+            "kind": self.kind,
+            "tokens": [len(self.plain.tokens), len(self.spec.tokens)],
+            "plain_tok_s": round(self.plain.tok_s, 2),
+            "spec_tok_s": round(self.spec.tok_s, 2),
+            "ratio": round(self.ratio, 3),
+            "mean_accepted_len": round(s.mean_accepted_len, 3),
+            "acceptance_rate": round(s.acceptance_rate, 3),
+            "draft_lengths": {str(k): v for k, v in sorted(s.draft_lengths.items())},
+            "accepted_histogram": {str(k): v for k, v in sorted(s.accepted_hist.items())},
+            "fallback_steps": s.fallback_steps,
+            "host_share": round(s.host_s / s.decode_s, 3) if s.decode_s else 0.0,
+            "plain_host_share": round(self.plain.stats.host_s / self.plain.stats.decode_s, 3)
+            if self.plain.stats.decode_s
+            else 0.0,
+            "time_split_s": {
+                "draft": round(s.draft_s, 4),
+                "verify": round(s.verify_s, 4),
+                "host": round(s.host_s, 4),
+            },
+            "match": self.match,
+            "first_difference": self.first_difference,
+            "margin_at_difference": None if self.margin is None else round(self.margin, 4),
+            "near_tie": None if self.margin is None else self.margin < NEAR_TIE,
+        }
+
+
+def load_prompts(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, list) or not all(isinstance(p, dict) and "name" in p for p in data):
+        raise ValueError(f"{path}: expected a list of objects with a name and messages or prompt")
+    return data
+
+
+def prompt_tokens(engine: Engine, entry: dict[str, Any]) -> tuple[list[int], bytes | None]:
+    if "messages" in entry:
+        p = engine.render_chat(entry["messages"])
+        return p.tokens, p.draft_prompt
+    return engine.tokenize_text(entry["prompt"]), None
+
+
+def run_once(
+    engine: Engine, tokens: list[int], draft_prompt: bytes | None, n: int, speculative: bool
+) -> RunResult:
+    engine.target.rollback(0)  # both sides prefill from scratch
+    request = GenerationRequest(tokens, SamplingParams(), n, (), draft_prompt, speculative)
+    out_tokens: list[int] = []
+    text = []
+    stats = SpecStats()
+    for chunk in engine.generate(request):
+        out_tokens += chunk.tokens
+        text.append(chunk.text)
+        if chunk.stats is not None:
+            stats = chunk.stats
+    return RunResult(out_tokens, "".join(text), stats)
+
+
+def top2_margin(engine: Engine, context: list[int]) -> float:
+    """Gap between the best and second-best logit after `context`, from one plain pass."""
+    target = engine.target
+    target.rollback(0)
+    row = np.array(target.decode(context, len(context) - 1)[0], copy=True)
+    target.rollback(0)
+    top = np.partition(row, -2)[-2:]
+    return float(abs(top[1] - top[0]))
+
+
+def bench_prompt(engine: Engine, entry: dict[str, Any], n_tokens: int) -> PromptReport:
+    tokens, draft_prompt = prompt_tokens(engine, entry)
+    plain = run_once(engine, tokens, draft_prompt, n_tokens, speculative=False)
+    spec = run_once(engine, tokens, draft_prompt, n_tokens, speculative=True)
+    n = min(len(plain.tokens), len(spec.tokens))
+    diff = next((i for i in range(n) if plain.tokens[i] != spec.tokens[i]), None)
+    if diff is None and len(plain.tokens) != len(spec.tokens):
+        diff = n
+    margin = top2_margin(engine, tokens + plain.tokens[:diff]) if diff is not None else None
+    return PromptReport(entry["name"], entry.get("kind", ""), plain, spec, diff is None, diff, margin)
+
+
+def format_table(reports: list[PromptReport]) -> str:
+    head = (
+        f"{'prompt':<24} {'kind':<10} {'plain t/s':>9} {'spec t/s':>9} {'ratio':>6} {'acc.len':>7} "
+        f"{'acc%':>5} {'k chosen':>9} {'fallbk':>6} {'host%':>5}  output"
+    )
+    lines = [head, "-" * len(head)]
+    for r in reports:
+        s = r.spec.stats
+        k_mode = max(s.draft_lengths.items(), key=lambda kv: kv[1])[0] if s.draft_lengths else 0
+        same = (
+            "identical"
+            if r.match
+            else f"parts at {r.first_difference} (margin {r.margin:.3f}"
+            f"{', near-tie' if (r.margin or 0) < NEAR_TIE else ''})"
+        )
+        host = 100 * s.host_s / s.decode_s if s.decode_s else 0.0
+        lines.append(
+            f"{r.name:<24} {r.kind:<10} {r.plain.tok_s:>9.1f} {r.spec.tok_s:>9.1f} {r.ratio:>5.2f}x "
+            f"{s.mean_accepted_len:>7.2f} {100 * s.acceptance_rate:>5.0f} {k_mode:>9} {s.fallback_steps:>6} "
+            f"{host:>5.1f}  {same}"
+        )
+    return "\n".join(lines)
+
+
+def summarise(reports: list[PromptReport]) -> dict[str, Any]:
+    by_kind: dict[str, list[float]] = {}
+    for r in reports:
+        by_kind.setdefault(r.kind or "all", []).append(r.ratio)
+    return {
+        kind: {
+            "geomean_ratio": round(math.exp(statistics.fmean(math.log(max(x, 1e-9)) for x in ratios)), 3),
+            "min_ratio": round(min(ratios), 3),
+            "max_ratio": round(max(ratios), 3),
+        }
+        for kind, ratios in by_kind.items()
+    }
+
+
+def run_bench(
+    engine: Engine, prompts: list[dict[str, Any]], n_tokens: int, as_json: bool
+) -> list[PromptReport]:
+    props = engine.props()
+    if not as_json:
+        t = props["target"]
+        print(f"target: {t['name']} ({t['architecture']}) on {t['device']}, {t['threads']} threads; "
+              f"draft: {props['draft']['source']}")  # fmt: skip
+        if "vocabulary" in props["draft"]:
+            print(f"drafter vocabulary: {props['draft']['vocabulary']['summary']}")
+        if "policy" in props["draft"]:
+            pol = props["draft"]["policy"]
+            curve = ", ".join(
+                f"{m}:{ms:.2f}"
+                for m, ms in enumerate(pol["verify_cost_ms"], start=1)
+                if m in (1, 2, 4, 8, 16, 32)
+            )
+            print(f"verify cost (ms) by batch size: {curve}")
+    # Warm-up: first-use costs (allocations, kernel loading) must not land on the first prompt.
+    warm_tokens, warm_draft = prompt_tokens(engine, prompts[0])
+    run_once(engine, warm_tokens, warm_draft, 8, speculative=False)
+    run_once(engine, warm_tokens, warm_draft, 8, speculative=True)
+    reports = []
+    for entry in prompts:
+        report = bench_prompt(engine, entry, n_tokens)
+        reports.append(report)
+        if as_json:
+            print(json.dumps(report.as_dict()), flush=True)
+        else:
+            print(format_table([report]).splitlines()[-1], flush=True)
+    summary = summarise(reports)
+    props = engine.props()
+    if as_json:
+        print(json.dumps({"summary": summary, "props": props}), flush=True)
+    else:
+        print()
+        print(format_table(reports))
+        print()
+        for kind, s in summary.items():
+            print(
+                f"{kind:<10} geomean {s['geomean_ratio']:.2f}x  "
+                f"(min {s['min_ratio']:.2f}x, max {s['max_ratio']:.2f}x)"
+            )
+        if "policy" in props["draft"]:
+            rel = props["draft"]["policy"]["verify_cost_relative"]
+            shown = ", ".join(f"{m}:{rel[m - 1]}" for m in (1, 2, 4, 8, 16, 32) if m <= len(rel))
+            print(f"verify cost relative to one step (after the run): {shown}")
+    sys.stdout.flush()
+    return reports

@@ -1,0 +1,50 @@
+"""Shared fixtures: isolated app dirs, the packaged test models, and engines loaded once per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+# Test models are assembled once per machine, outside the per-session app dirs.
+MODEL_CACHE = Path(
+    os.environ.get(
+        "FORESIGHT_TEST_MODELS", Path(platformdirs.user_cache_dir("Foresight")) / "packaged-models"
+    )
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("foresight-home")
+    old = os.environ.get("FORESIGHT_HOME")
+    os.environ["FORESIGHT_HOME"] = str(home)
+    yield home
+    if old is None:
+        os.environ.pop("FORESIGHT_HOME", None)
+    else:
+        os.environ["FORESIGHT_HOME"] = old
+
+
+def _packaged(key: str) -> Path:
+    from app.catalog.packaged import PACKAGED, ModelPackageMissing
+
+    try:
+        return PACKAGED[key].path(MODEL_CACHE)
+    except ModelPackageMissing as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI needs the test models: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    return _packaged("gemma-3-270m")
+
+
+@pytest.fixture(scope="session")
+def qwen_path() -> Path:
+    return _packaged("qwen2.5-coder-1.5b-instruct")

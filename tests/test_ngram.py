@@ -1,0 +1,32 @@
+"""N-gram prompt lookup."""
+
+from __future__ import annotations
+
+from app.engine.drafters import NgramDrafter
+
+
+def test_proposes_what_followed_the_latest_match() -> None:
+    d = NgramDrafter(2, 3)
+    d.begin([], None)
+    history = [1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 1, 2, 3]
+    # the longest n (3) matches [1, 2, 3]; its latest earlier occurrence is followed by 7, 8
+    assert d.propose(history, 4) == [7, 8, 1, 2]
+    assert d.propose(history, 1) == [7]
+
+
+def test_no_match_and_zero_length() -> None:
+    d = NgramDrafter(2, 4)
+    d.begin([], None)
+    assert d.propose([1, 2, 3, 4, 5], 4) == []
+    assert d.propose([1, 2, 1, 2], 0) == []
+
+
+def test_index_grows_with_history_and_resets() -> None:
+    d = NgramDrafter(2, 2)
+    d.begin([], None)
+    h = [5, 6, 7]
+    assert d.propose(h, 2) == []
+    h += [5, 6]
+    assert d.propose(h, 2) == [7, 5]
+    d.begin([], None)
+    assert d.propose([1, 2, 3], 2) == []

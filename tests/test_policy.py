@@ -1,0 +1,81 @@
+"""The draft-length policy on measured-looking cost curves."""
+
+from __future__ import annotations
+
+from app.engine.policy import DraftPolicy, VerifyCosts
+
+# Measured on a 2-core CPU, Qwen2.5-Coder-1.5B Q4_K_M (ms): verifying m tokens costs about m steps.
+CPU_QWEN = {1: 33.0, 2: 60.0, 4: 100.0, 8: 200.0, 16: 250.0, 17: 260.0}
+# Measured on an H200, Qwen2.5-7B shape (ms): 16 tokens verify faster than 8.
+H200_7B = {1: 4.33, 2: 4.18, 4: 5.72, 8: 8.38, 16: 7.31, 17: 7.4}
+
+
+def _policy(points: dict[int, float], draft_cost: float = 0.0, max_draft: int = 16) -> DraftPolicy:
+    return DraftPolicy(VerifyCosts.from_points({m: v / 1e3 for m, v in points.items()}, max_draft + 1),
+                       max_draft, draft_cost)  # fmt: skip
+
+
+def _teach(policy: DraftPolicy, rate: float, rounds: int = 200) -> None:
+    """Feed acceptance observations with a per-position acceptance probability `rate` (deterministic)."""
+    for r in range(rounds):
+        accepted = 0
+        while accepted < policy.max_draft and ((r * 7 + accepted * 13) % 100) < rate * 100:
+            accepted += 1
+        policy.observe_acceptance(policy.max_draft, accepted)
+
+
+def test_interpolation_keeps_measured_points() -> None:
+    c = VerifyCosts.from_points({1: 1.0, 4: 4.0, 8: 6.0}, 10)
+    assert c.cost(1) == 1.0
+    assert c.cost(4) == 4.0
+    assert c.cost(8) == 6.0
+    assert c.cost(2) == 2.0
+    assert c.cost(6) == 5.0
+    assert c.cost(10) == 7.5  # extrapolated linearly from the last point
+
+
+def test_expensive_drafter_on_cpu_falls_back_to_plain() -> None:
+    # gemma-3-270m costs ~0.39 of a Qwen-1.5B step on CPU; even perfect acceptance does not pay there.
+    p = _policy(CPU_QWEN, draft_cost=0.39 * 0.033)
+    _teach(p, 0.9)
+    assert p.choose() == 0
+    assert "would not pay" in p.last_reason
+
+
+def test_free_accurate_drafts_on_cpu_go_long() -> None:
+    p = _policy(CPU_QWEN)
+    _teach(p, 1.0)
+    k, gain = p.best()
+    assert k == 16
+    assert gain > 2.0
+    assert p.choose() == 16
+
+
+def test_non_monotonic_curve_prefers_16_over_8() -> None:
+    p = _policy(H200_7B)
+    _teach(p, 1.0)
+    assert p.best()[0] == 16
+
+
+def test_poor_acceptance_shortens_or_stops_drafts() -> None:
+    p = _policy(H200_7B)
+    _teach(p, 0.3)
+    k, _ = p.best()
+    assert k <= 2
+
+
+def test_fallback_probes_back_off() -> None:
+    p = _policy(CPU_QWEN, draft_cost=0.02)
+    _teach(p, 0.5)
+    choices = [p.choose() for _ in range(16 + 32 + 1)]
+    probes = [i for i, k in enumerate(choices) if k > 0]
+    assert probes == [15, 47]  # after 16 plain steps, then after 32 more
+
+
+def test_costs_follow_observations() -> None:
+    p = _policy(CPU_QWEN)
+    before = p.costs.cost(5)
+    for _ in range(30):
+        p.observe(4, 4, 0.050, 0.001)
+    assert p.costs.cost(5) < before
+    assert abs(p.costs.cost(5) - 0.050) < 0.005
