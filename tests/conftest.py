@@ -29,9 +29,12 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["FORESIGHT_HOME"] = old
 
 
-def _packaged(key: str) -> Path:
+def _packaged(key: str, env: str) -> Path:
+    """A packaged test model, or the file named by `env` (machines without the packages, e.g. the GPU box)."""
     from app.catalog.packaged import PACKAGED, ModelPackageMissing
 
+    if os.environ.get(env):
+        return Path(os.environ[env])
     try:
         return PACKAGED[key].path(MODEL_CACHE)
     except ModelPackageMissing as exc:
@@ -42,9 +45,9 @@ def _packaged(key: str) -> Path:
 
 @pytest.fixture(scope="session")
 def gemma_path() -> Path:
-    return _packaged("gemma-3-270m")
+    return _packaged("gemma-3-270m", "FORESIGHT_TEST_GEMMA")
 
 
 @pytest.fixture(scope="session")
 def qwen_path() -> Path:
-    return _packaged("qwen2.5-coder-1.5b-instruct")
+    return _packaged("qwen2.5-coder-1.5b-instruct", "FORESIGHT_TEST_QWEN")

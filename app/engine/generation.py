@@ -81,7 +81,11 @@ class _TextOutput:
 
 
 class _Shadow:
-    """Free drafters (lookups) are scored while the policy decodes plainly: no verify pass is spent."""
+    """Free drafters (lookups) are scored while the policy decodes plainly: no verify pass is spent.
+
+    Each plain token is compared with the shadow draft's next position as it arrives, so the policy
+    learns at once when drafts start to match again (a copied block of code, say).
+    """
 
     def __init__(self) -> None:
         self.draft: list[int] = []
@@ -93,12 +97,11 @@ class _Shadow:
     def check(self, token: int, policy: DraftPolicy) -> None:
         if not self.draft:
             return
-        if token == self.draft[self.pos]:
-            self.pos += 1
-            if self.pos < len(self.draft):
-                return
-        policy.observe_acceptance(len(self.draft), self.pos)
-        self.draft = []
+        hit = token == self.draft[self.pos]
+        policy.observe_position(self.pos, hit)
+        self.pos += 1
+        if not hit or self.pos == len(self.draft):
+            self.draft = []
 
 
 def generate(

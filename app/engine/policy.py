@@ -174,10 +174,15 @@ class DraftPolicy:
             return max(1, min(4, self.max_draft))
         return 0
 
+    def observe_position(self, position: int, hit: bool) -> None:
+        """One observation of draft position `position` (0-based) given the ones before it matched."""
+        if position < self.max_draft:
+            self.hits[position] = self.hits[position] * _DECAY + (1.0 if hit else 0.0)
+            self.tries[position] = self.tries[position] * _DECAY + 1.0
+
     def observe_acceptance(self, drafted: int, accepted: int) -> None:
-        for i in range(min(drafted, accepted + 1, self.max_draft)):
-            self.hits[i] = self.hits[i] * _DECAY + (1.0 if i < accepted else 0.0)
-            self.tries[i] = self.tries[i] * _DECAY + 1.0
+        for i in range(min(drafted, accepted + 1)):
+            self.observe_position(i, i < accepted)
 
     def observe(self, drafted: int, accepted: int, verify_s: float, host_s: float) -> None:
         self.observe_acceptance(drafted, accepted)
