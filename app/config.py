@@ -56,6 +56,9 @@ class EngineSettings(Section):
     draft_device: str = Field("auto", description="device of the drafter model: auto, cpu or gpu")
     gpu_layers: int = Field(-1, ge=-1, le=1024, description="layers offloaded on a GPU device (-1: all)")
     tensor_split: list[float] | None = Field(None, description="share of the target per GPU, e.g. 3,1")
+    device_argmax: bool = Field(
+        True, description="greedy decoding takes the argmax on the device instead of copying logits out"
+    )
 
 
 class Settings(Section):

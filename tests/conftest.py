@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# llama_cpp before NumPy: with a CUDA build the other order was seen to segfault.
+import llama_cpp  # noqa: F401  # isort: skip
+
 import os
 from collections.abc import Iterator
 from pathlib import Path

@@ -37,6 +37,11 @@ class ArgmaxRecorder:
         self.passes.append(rows.argmax(axis=1).tolist())
         return rows
 
+    def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
+        best = self._backend.decode_argmax(tokens, logits_from)
+        self.passes.append(list(best))
+        return best
+
 
 def run_checked(
     engine: Engine, prompt: list[int], max_tokens: int, speculative: bool, draft_prompt: bytes | None = None

@@ -158,11 +158,11 @@ def measure_token_cost(model: Backend, repeats: int = 3) -> float:
     """Seconds for one single-token decode of `model` after a short prefix (its drafting cost per token)."""
     model.rollback(0)
     base = [model.vocab.bos if model.vocab.bos >= 0 else 1] * 8
-    model.decode(base, len(base) - 1)
+    model.decode_argmax(base, len(base) - 1)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        model.decode([base[0]], 0)
+        model.decode_argmax([base[0]], 0)
         best = min(best, time.perf_counter() - t0)
         model.rollback(len(base))
     model.rollback(0)
@@ -181,10 +181,9 @@ class _GreedyModel:
         m.rollback(keep)
         if len(context) + k > m.n_ctx:
             return []
-        rows = m.decode(context[keep:], len(context) - keep - 1)
-        out = [int(rows[0].argmax())]
+        out = m.decode_argmax(context[keep:], len(context) - keep - 1)
         while len(out) < k:
-            out.append(int(m.decode([out[-1]], 0)[0].argmax()))
+            out += m.decode_argmax([out[-1]], 0)
         return out
 
     def sync(self, context: list[int]) -> None:

@@ -56,6 +56,7 @@ class Engine:
             device=es.device,
             gpu_layers=es.gpu_layers,
             tensor_split=es.tensor_split,
+            device_argmax=es.device_argmax,
         )
         self.chat = ChatFormat(self.target.chat_template, self.target.facts.architecture)
         self.draft_model: LlamaBackend | None = None
@@ -88,7 +89,8 @@ class Engine:
     def _cost_key(self) -> str:
         t = self.target
         st = t.path.stat()
-        return f"{t.path.name}:{st.st_size}:{t.facts.device}:{t.n_threads}t:{t.n_batch}b"
+        argmax = "dev" if t.supports_device_argmax else "host"
+        return f"{t.path.name}:{st.st_size}:{t.facts.device}:{t.n_threads}t:{t.n_batch}b:{argmax}"
 
     def _load_drafter(self, path: Path) -> Drafter:
         es = self.settings.engine
@@ -100,6 +102,7 @@ class Engine:
                 n_threads=es.n_threads,
                 device=es.draft_device,
                 gpu_layers=es.gpu_layers,
+                device_argmax=es.device_argmax,
             )
         except ModelLoadError as exc:
             raise DrafterUnusable(f"the drafter cannot be used: {exc}") from exc

@@ -135,8 +135,10 @@ def generate(
     reuse = min(_common_prefix(target.kv_tokens, prompt), len(prompt) - 1)
     target.rollback(reuse)
     stats.reused_tokens = reuse
-    rows = target.decode(prompt[reuse:], len(prompt) - reuse - 1)
-    first = sampler.pick(rows[0], prompt)
+    if request.params.plain_greedy:
+        first = target.decode_argmax(prompt[reuse:], len(prompt) - reuse - 1)[0]
+    else:
+        first = sampler.pick(target.decode(prompt[reuse:], len(prompt) - reuse - 1)[0], prompt)
     if use_draft:
         assert drafter is not None
         drafter.begin(prompt, request.draft_prompt)
@@ -214,11 +216,12 @@ def generate(
             assert policy is not None
             if not draft:
                 shadow.check(step_tokens[0], policy)
+            if draft:  # only a drafted step can leave rejected tokens in the drafter's cache
+                drafter.sync(committed + step_tokens)
             host_s = clock() - step_t0 - draft_s - result.verify_s
             policy.observe(len(draft), result.accepted, result.verify_s, host_s)
             stats.draft_s += draft_s
             stats.host_s += host_s
-            drafter.sync(committed + step_tokens)
         else:
             stats.host_s += clock() - step_t0 - result.verify_s
         stats.verify_s += result.verify_s

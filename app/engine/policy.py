@@ -20,10 +20,13 @@ from app.engine.backends.base import Backend
 log = logging.getLogger("foresight.policy")
 
 CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 65)
-_PRIOR_ACCEPT = 0.6  # optimistic enough to try drafting before anything is measured
-_PRIOR_WEIGHT = 2.0
-_DECAY = 0.97  # acceptance memory: ~30 recent drafts per position
-_COST_EMA = 0.2
+_PRIOR_ACCEPT = 0.5  # enough to try drafting before anything is measured, little enough to stop soon
+_PRIOR_WEIGHT = 1.0
+# Acceptance memory: every observation ages every position, so a position that is no longer reached
+# (the first token keeps missing) drifts back to the prior instead of keeping a stale, hopeful figure.
+_DECAY = 0.95
+_COST_EMA = 0.1
+_OUTLIER = 3.0  # a verify that took 3x the estimate (a GC pause, a busy host) does not move it
 _MIN_GAIN = 1.03  # a draft must promise 3% over a plain step to be worth verifying
 _FIRST_PROBE = 16
 
@@ -55,7 +58,7 @@ class VerifyCosts:
         return self.seconds[min(m, len(self.seconds)) - 1]
 
     def observe(self, m: int, seconds: float) -> None:
-        if 1 <= m <= len(self.seconds):
+        if 1 <= m <= len(self.seconds) and seconds < _OUTLIER * self.seconds[m - 1]:
             self.seconds[m - 1] += _COST_EMA * (seconds - self.seconds[m - 1])
 
     def relative(self) -> list[float]:
@@ -81,7 +84,7 @@ def measure_verify_costs(
         b"def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n", True, False
     )
     prefix = (filler * (64 // max(len(filler), 1) + 1))[:64]
-    target.decode(prefix, len(prefix) - 1)
+    target.decode_argmax(prefix, len(prefix) - 1)
     points: dict[int, float] = {}
     try:
         for m in sizes:
@@ -89,7 +92,7 @@ def measure_verify_costs(
             best = float("inf")
             for _ in range(2 if m > 16 else 3):
                 t0 = time.perf_counter()
-                target.decode(batch, 0)
+                target.decode_argmax(batch, 0)
                 best = min(best, time.perf_counter() - t0)
                 target.rollback(len(prefix))
             points[m] = best
@@ -117,15 +120,15 @@ class DraftPolicy:
         self.max_draft = max_draft
         self.draft_cost_s = draft_cost_s
         self.adaptive = adaptive
-        self.hits = [_PRIOR_ACCEPT * _PRIOR_WEIGHT] * max_draft
-        self.tries = [_PRIOR_WEIGHT] * max_draft
+        self.hits = [0.0] * max_draft  # decayed counts of accepted / tried drafts by position
+        self.tries = [0.0] * max_draft
         self.host_s = 0.0
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
         self.last_reason = ""
 
     def acceptance(self) -> list[float]:
-        return [h / t for h, t in zip(self.hits, self.tries, strict=True)]
+        return [_estimate(h, t) for h, t in zip(self.hits, self.tries, strict=True)]
 
     def expected_rate(self, k: int) -> tuple[float, float]:
         """(expected tokens per second, expected tokens per pass) for a draft of length k."""
@@ -144,7 +147,7 @@ class DraftPolicy:
         best_k, best_rate = 0, plain
         tokens, survive = 1.0, 1.0
         for k, (h, t) in enumerate(zip(self.hits, self.tries, strict=True), start=1):
-            survive *= h / t
+            survive *= _estimate(h, t)
             tokens += survive
             rate = tokens / self._seconds(k)
             if rate > best_rate:
@@ -174,15 +177,24 @@ class DraftPolicy:
             return max(1, min(4, self.max_draft))
         return 0
 
+    def _age(self) -> None:
+        self.hits = [h * _DECAY for h in self.hits]
+        self.tries = [t * _DECAY for t in self.tries]
+
     def observe_position(self, position: int, hit: bool) -> None:
         """One observation of draft position `position` (0-based) given the ones before it matched."""
+        if position == 0:
+            self._age()
         if position < self.max_draft:
-            self.hits[position] = self.hits[position] * _DECAY + (1.0 if hit else 0.0)
-            self.tries[position] = self.tries[position] * _DECAY + 1.0
+            self.hits[position] += 1.0 if hit else 0.0
+            self.tries[position] += 1.0
 
     def observe_acceptance(self, drafted: int, accepted: int) -> None:
-        for i in range(min(drafted, accepted + 1)):
-            self.observe_position(i, i < accepted)
+        """One verified draft: positions up to the first rejection were tried, the first `accepted` hit."""
+        self._age()
+        for i in range(min(drafted, accepted + 1, self.max_draft)):
+            self.hits[i] += 1.0 if i < accepted else 0.0
+            self.tries[i] += 1.0
 
     def observe(self, drafted: int, accepted: int, verify_s: float, host_s: float) -> None:
         self.observe_acceptance(drafted, accepted)
@@ -192,3 +204,7 @@ class DraftPolicy:
     def observe_draft_cost(self, n_tokens: int, seconds: float) -> None:
         if n_tokens > 0:
             self.draft_cost_s += _COST_EMA * (seconds / n_tokens - self.draft_cost_s)
+
+
+def _estimate(hits: float, tries: float) -> float:
+    return (hits + _PRIOR_ACCEPT * _PRIOR_WEIGHT) / (tries + _PRIOR_WEIGHT)

@@ -28,6 +28,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing that needs the logits on the host: the argmax can come from the device."""
+        return self.greedy and (self.repeat_penalty == 1.0 or self.repeat_last_n == 0)
+
 
 class Sampler:
     """Turns a row of logits into one token under one request's parameters and random stream."""

@@ -60,6 +60,12 @@ def verify(
     accepted = 0
     t0 = clock()
     try:
+        if sampler.params.plain_greedy:
+            best = target.decode_argmax([committed[-1], *draft], 0)  # the target's token after each prefix
+            verify_s = clock() - t0
+            while accepted < len(draft) and best[accepted] == draft[accepted]:
+                accepted += 1
+            return StepResult(best[: accepted + 1], accepted, verify_s)
         rows = target.decode([committed[-1], *draft], 0)  # logits: [k+1, vocab]
         verify_s = clock() - t0
         out: list[int] = []

@@ -49,6 +49,10 @@ class Backend(Protocol):
         """
         ...
 
+    def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
+        """Like decode, but only the argmax token of each row (on the device where the backend can)."""
+        ...
+
     def rollback(self, n_keep: int) -> None:
         """Drop every cached position >= n_keep."""
         ...

@@ -122,6 +122,7 @@ class LlamaBackend:
         device: str = "auto",
         gpu_layers: int = -1,
         tensor_split: list[float] | None = None,
+        device_argmax: bool = True,
     ) -> None:
         self.path = Path(path)
         self.header = read_model_header(self.path)
@@ -144,6 +145,8 @@ class LlamaBackend:
             )
         self._ctx = None
         self._batch = None
+        self._argmax_chain = None  # the greedy chain attached to sequence 0 while argmax runs on the device
+        self._argmax_on = False
         try:
             threads = n_threads or default_threads()
             cparams = llama_cpp.llama_context_default_params()
@@ -155,6 +158,7 @@ class LlamaBackend:
             cparams.n_threads_batch = threads
             cparams.swa_full = True  # rollback needs the whole sliding window kept (gemma3)
             cparams.no_perf = True
+            cparams.n_outputs_max_per_seq = n_batch  # backend sampling of a whole verify batch
             self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
             if not self._ctx:
                 raise ModelLoadError(
@@ -179,6 +183,9 @@ class LlamaBackend:
                 self._batch.n_seq_id[i] = 1
                 self._batch.seq_id[i][0] = 0
             self._arange = np.arange(n_batch, dtype=np.int32)
+            # Greedy decoding can take the argmax on the device (llama.cpp backend sampling): only token
+            # ids come back instead of [rows, n_vocab] logits.
+            self._device_argmax = device_argmax
         except BaseException:
             self.close()
             raise
@@ -220,6 +227,50 @@ class LlamaBackend:
 
     # --- decoding -------------------------------------------------------------------------------------
     def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
+        if self._argmax_on:
+            self._set_device_argmax(False)
+        self._decode(tokens, logits_from)
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(len(tokens) - logits_from, self.n_vocab))
+
+    @property
+    def supports_device_argmax(self) -> bool:
+        return self._device_argmax
+
+    def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
+        """Like decode, but returns the argmax token of each row with logits, computed on the device."""
+        if not self._device_argmax:
+            rows = self.decode(tokens, logits_from)
+            return rows.argmax(axis=1).tolist()
+        if not self._argmax_on:
+            self._set_device_argmax(True)
+        self._decode(tokens, logits_from)
+        last_chunk = (len(tokens) - 1) // self.n_batch * self.n_batch  # indices count in the last batch
+        get = llama_cpp.llama_get_sampled_token_ith
+        out = [int(get(self._ctx, i - last_chunk)) for i in range(logits_from, len(tokens))]
+        if min(out) < 0:
+            raise DecodeError("llama.cpp sampled no token for a requested row")
+        return out
+
+    def _set_device_argmax(self, on: bool) -> None:
+        # A chain is initialised for the backend once, so each switch-on attaches a fresh one.
+        if on:
+            chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            if not llama_cpp.llama_set_sampler(self._ctx, 0, chain):
+                llama_cpp.llama_sampler_free(chain)
+                log.warning("llama.cpp refused backend sampling; the argmax stays on the host")
+                self._device_argmax = False
+                return
+            self._argmax_chain = chain
+        else:
+            llama_cpp.llama_set_sampler(self._ctx, 0, None)
+            if self._argmax_chain is not None:
+                llama_cpp.llama_sampler_free(self._argmax_chain)
+                self._argmax_chain = None
+        self._argmax_on = on
+
+    def _decode(self, tokens: list[int], logits_from: int) -> None:
         n = len(tokens)
         if n == 0 or not 0 <= logits_from < n:
             raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
@@ -244,8 +295,6 @@ class LlamaBackend:
                 self.rollback(start)
                 raise DecodeError(f"llama_decode failed with code {ret}: {_native_errors() or 'no KV slot'}")
             self.kv_tokens.extend(tokens[chunk : chunk + m])
-        ptr = llama_cpp.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n - logits_from, self.n_vocab))
 
     def rollback(self, n_keep: int) -> None:
         if n_keep < len(self.kv_tokens):
@@ -297,6 +346,8 @@ class LlamaBackend:
 
     # --- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
+        if self._argmax_on and self._ctx:
+            self._set_device_argmax(False)
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
