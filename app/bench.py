@@ -131,12 +131,13 @@ def bench_prompt(engine: Engine, entry: dict[str, Any], n_tokens: int) -> Prompt
 def format_table(reports: list[PromptReport]) -> str:
     head = (
         f"{'prompt':<24} {'kind':<10} {'plain t/s':>9} {'spec t/s':>9} {'ratio':>6} {'acc.len':>7} "
-        f"{'acc%':>5} {'k chosen':>9} {'fallbk':>6} {'host%':>5}  output"
+        f"{'acc%':>5} {'mean k':>9} {'fallbk':>6} {'host%':>5}  output"
     )
     lines = [head, "-" * len(head)]
     for r in reports:
         s = r.spec.stats
-        k_mode = max(s.draft_lengths.items(), key=lambda kv: kv[1])[0] if s.draft_lengths else 0
+        drafting = {k: n for k, n in s.draft_lengths.items() if k > 0}
+        k_mean = sum(k * n for k, n in drafting.items()) / sum(drafting.values()) if drafting else 0.0
         same = (
             "identical"
             if r.match
@@ -146,8 +147,8 @@ def format_table(reports: list[PromptReport]) -> str:
         host = 100 * s.host_s / s.decode_s if s.decode_s else 0.0
         lines.append(
             f"{r.name:<24} {r.kind:<10} {r.plain.tok_s:>9.1f} {r.spec.tok_s:>9.1f} {r.ratio:>5.2f}x "
-            f"{s.mean_accepted_len:>7.2f} {100 * s.acceptance_rate:>5.0f} {k_mode:>9} {s.fallback_steps:>6} "
-            f"{host:>5.1f}  {same}"
+            f"{s.mean_accepted_len:>7.2f} {100 * s.acceptance_rate:>5.0f} {k_mean:>9.1f} "
+            f"{s.fallback_steps:>6} {host:>5.1f}  {same}"
         )
     return "\n".join(lines)
 

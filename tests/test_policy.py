@@ -79,3 +79,16 @@ def test_costs_follow_observations() -> None:
         p.observe(4, 4, 0.050, 0.001)
     assert p.costs.cost(5) < before
     assert abs(p.costs.cost(5) - 0.050) < 0.005
+
+
+def test_a_run_of_full_acceptances_turns_drafts_long_and_a_miss_stops_them() -> None:
+    p = _policy(CPU_QWEN)
+    for _ in range(30):  # copies: every draft accepted whole
+        p.observe_acceptance(16, 16)
+    for _ in range(30):  # prose: the first drafted token misses
+        p.observe_acceptance(4, 0)
+    assert p.hot == 0
+    assert p.choose() == 0  # cold: drafting does not pay
+    p.observe_acceptance(4, 4)  # a draft lands whole: a copy has started again
+    assert p.hot == 1
+    assert p.choose() >= 12

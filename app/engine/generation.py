@@ -90,17 +90,19 @@ class _Shadow:
     def __init__(self) -> None:
         self.draft: list[int] = []
         self.pos = 0
+        self.state = 0
 
-    def start(self, draft: list[int]) -> None:
-        self.draft, self.pos = draft, 0
+    def start(self, draft: list[int], state: int) -> None:
+        self.draft, self.pos, self.state = draft, 0, state
 
     def check(self, token: int, policy: DraftPolicy) -> None:
         if not self.draft:
             return
         hit = token == self.draft[self.pos]
-        policy.observe_position(self.pos, hit)
         self.pos += 1
-        if not hit or self.pos == len(self.draft):
+        last = self.pos == len(self.draft)
+        policy.observe_position(self.pos - 1, hit, self.state, last)
+        if not hit or last:
             self.draft = []
 
 
@@ -207,7 +209,7 @@ def generate(
                     stats.fallback_reason = policy.last_reason
                 if free_drafter and not shadow.draft:
                     assert drafter is not None
-                    shadow.start(drafter.propose(committed, policy.max_draft))
+                    shadow.start(drafter.propose(committed, policy.max_draft), policy.hot)
         result = verify(target, sampler, committed, draft, clock)
         step_tokens = result.tokens
         step_flags = [i < result.accepted for i in range(len(result.tokens))]

@@ -111,7 +111,12 @@ def measure_verify_costs(
 
 
 class DraftPolicy:
-    """Chooses each step's draft length; one instance per loaded pair, learning across requests."""
+    """Chooses each step's draft length; one instance per loaded pair, learning across requests.
+
+    Acceptance is tracked in two states: after a draft of 2+ tokens that was accepted whole ("hot": a
+    copied block goes on, a drafter is in step with the target) and otherwise ("cold"). Drafts come in
+    runs, so the state predicts the next draft far better than one average; each state learns apart.
+    """
 
     def __init__(
         self, costs: VerifyCosts, max_draft: int, draft_cost_s: float, adaptive: bool = True
@@ -120,15 +125,18 @@ class DraftPolicy:
         self.max_draft = max_draft
         self.draft_cost_s = draft_cost_s
         self.adaptive = adaptive
-        self.hits = [0.0] * max_draft  # decayed counts of accepted / tried drafts by position
-        self.tries = [0.0] * max_draft
+        # decayed counts of accepted / tried drafts by position, per state (0 cold, 1 hot)
+        self.hits = [[0.0] * max_draft for _ in range(2)]
+        self.tries = [[0.0] * max_draft for _ in range(2)]
+        self.hot = 0
         self.host_s = 0.0
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
         self.last_reason = ""
 
-    def acceptance(self) -> list[float]:
-        return [_estimate(h, t) for h, t in zip(self.hits, self.tries, strict=True)]
+    def acceptance(self, hot: int | None = None) -> list[float]:
+        state = self.hot if hot is None else hot
+        return [_estimate(h, t) for h, t in zip(self.hits[state], self.tries[state], strict=True)]
 
     def expected_rate(self, k: int) -> tuple[float, float]:
         """(expected tokens per second, expected tokens per pass) for a draft of length k."""
@@ -146,8 +154,8 @@ class DraftPolicy:
         plain = 1.0 / self._seconds(0)
         best_k, best_rate = 0, plain
         tokens, survive = 1.0, 1.0
-        for k, (h, t) in enumerate(zip(self.hits, self.tries, strict=True), start=1):
-            survive *= _estimate(h, t)
+        for k, a in enumerate(self.acceptance(), start=1):
+            survive *= a
             tokens += survive
             rate = tokens / self._seconds(k)
             if rate > best_rate:
@@ -177,24 +185,34 @@ class DraftPolicy:
             return max(1, min(4, self.max_draft))
         return 0
 
-    def _age(self) -> None:
-        self.hits = [h * _DECAY for h in self.hits]
-        self.tries = [t * _DECAY for t in self.tries]
+    def _age(self, state: int) -> None:
+        self.hits[state] = [h * _DECAY for h in self.hits[state]]
+        self.tries[state] = [t * _DECAY for t in self.tries[state]]
 
-    def observe_position(self, position: int, hit: bool) -> None:
-        """One observation of draft position `position` (0-based) given the ones before it matched."""
+    def observe_position(self, position: int, hit: bool, state: int, last: bool = False) -> None:
+        """One shadow observation of draft position `position` (0-based) given the ones before it matched.
+
+        `state` is the state the shadow draft was made in; its outcome sets the state when it ends
+        (a miss, or its last position).
+        """
         if position == 0:
-            self._age()
+            self._age(state)
         if position < self.max_draft:
-            self.hits[position] += 1.0 if hit else 0.0
-            self.tries[position] += 1.0
+            self.hits[state][position] += 1.0 if hit else 0.0
+            self.tries[state][position] += 1.0
+        if not hit or last:
+            self.hot = int(hit and position >= 1)
 
     def observe_acceptance(self, drafted: int, accepted: int) -> None:
         """One verified draft: positions up to the first rejection were tried, the first `accepted` hit."""
-        self._age()
+        if drafted == 0:
+            return
+        state = self.hot
+        self._age(state)
         for i in range(min(drafted, accepted + 1, self.max_draft)):
-            self.hits[i] += 1.0 if i < accepted else 0.0
-            self.tries[i] += 1.0
+            self.hits[state][i] += 1.0 if i < accepted else 0.0
+            self.tries[state][i] += 1.0
+        self.hot = int(accepted == drafted >= 2)  # one lucky token is no run
 
     def observe(self, drafted: int, accepted: int, verify_s: float, host_s: float) -> None:
         self.observe_acceptance(drafted, accepted)
