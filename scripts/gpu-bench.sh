@@ -3,6 +3,7 @@
 # stashed with .gpu/remote.sh. Results land in $OUT.
 #   gpu-bench.sh prepare   collect the build, assemble both models, run the GPU tests
 #   gpu-bench.sh ngram     n-gram prompt lookup
+#   gpu-bench.sh fixed     n-gram at a fixed draft length 16 (as the naive loop), argmax on device and host
 #   gpu-bench.sh cross     gemma-3-270m drafting across vocabularies, and the naive n-gram baseline
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -23,9 +24,15 @@ case "${1:-}" in
   ngram)
     bench --ngram > "$OUT/bench-ngram.txt" 2>&1
     tail -n 22 "$OUT"/bench-ngram.txt ;;
+  fixed)
+    only=edit-rename,edit-fix-offbyone,edit-fstrings,verbatim-copy
+    bench --ngram --no-adaptive --only "$only" > "$OUT/bench-ngram-fixed16.txt" 2>&1
+    bench --ngram --no-adaptive --no-device-argmax --only "$only" > "$OUT/bench-ngram-fixed16-host.txt" 2>&1
+    bench --ngram --no-device-argmax > "$OUT/bench-ngram-host.txt" 2>&1
+    tail -n 22 "$OUT"/bench-ngram-*.txt ;;
   cross)
     bench --draft "$G" --draft-device gpu > "$OUT/bench-cross.txt" 2>&1
     python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 4,8,16 > "$OUT/naive-ngram.txt" 2>&1
     tail -n 22 "$OUT/bench-cross.txt"; cat "$OUT/naive-ngram.txt" | cut -c1-150 ;;
-  *) echo "usage: gpu-bench.sh prepare|ngram|cross"; exit 2 ;;
+  *) echo "usage: gpu-bench.sh prepare|ngram|fixed|cross"; exit 2 ;;
 esac

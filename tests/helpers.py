@@ -6,13 +6,12 @@ from typing import Any
 
 import numpy as np
 
+from app.bench import NEAR_TIE, top2_margin
 from app.config import DraftSettings, EngineSettings, Settings
 from app.engine.backends.llama import LlamaBackend
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest, generate
 from app.engine.sampling import SamplingParams
-
-NEAR_TIE = 0.5  # logits: where a speculative greedy run may part from the plain one (DESIGN.md §10)
 
 
 def settings(mode: str = "auto", max_draft: int = 8, adaptive: bool = False, n_ctx: int = 2048) -> Settings:
@@ -81,14 +80,6 @@ def run_checked(
     assert recorder.passes[0][-1] == tokens[0]  # the prefill pass emitted the first token
     assert engine.target.kv_tokens == (prompt + tokens)[:-1]  # what stays cached for the next request
     return tokens, stats
-
-
-def top2_margin(engine: Engine, context: list[int]) -> float:
-    engine.target.rollback(0)
-    row = np.array(engine.target.decode(context, len(context) - 1)[0], copy=True)
-    engine.target.rollback(0)
-    top = np.sort(row)[-2:]
-    return float(top[1] - top[0])
 
 
 def assert_exact(engine: Engine, prompt: list[int], plain: list[int], spec: list[int]) -> int | None:

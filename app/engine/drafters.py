@@ -146,7 +146,8 @@ def check_drafter_usable(drafter: Backend) -> None:
         raise DrafterUnusable(f"{drafter.facts.name} has no vocabulary: it cannot draft")
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -177,7 +178,7 @@ class _GreedyModel:
 
     def continue_from(self, context: list[int], k: int) -> list[int]:
         m = self.model
-        keep = min(_common_prefix(m.kv_tokens, context), len(context) - 1)
+        keep = min(common_prefix(m.kv_tokens, context), len(context) - 1)
         m.rollback(keep)
         if len(context) + k > m.n_ctx:
             return []
@@ -187,7 +188,7 @@ class _GreedyModel:
         return out
 
     def sync(self, context: list[int]) -> None:
-        self.model.rollback(_common_prefix(self.model.kv_tokens, context))
+        self.model.rollback(common_prefix(self.model.kv_tokens, context))
 
 
 class ModelDrafter:
@@ -227,7 +228,6 @@ class CrossVocabDrafter:
         self.verdict = verdict
         self.cost_per_token_s = cost_per_token_s
         self._greedy = _GreedyModel(model)
-        self._prompt_len = 0
         self._prompt_tokens: list[int] = []
         self._generated = bytearray()
         self._seen = 0  # committed target tokens already turned into text
@@ -237,7 +237,6 @@ class CrossVocabDrafter:
         if draft_prompt is None:
             draft_prompt = self.target_text(prompt)
         self._prompt_tokens = self.model.tokenize(draft_prompt, True, True)
-        self._prompt_len = len(prompt)
         self._generated.clear()
         self._seen = len(prompt)
         self._context = []

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from app.engine.backends.base import Backend
-from app.engine.drafters import Drafter, _common_prefix
+from app.engine.drafters import Drafter, common_prefix
 from app.engine.errors import ContextLengthExceeded, InvalidRequest
 from app.engine.policy import DraftPolicy
 from app.engine.sampling import Sampler, SamplingParams
@@ -134,7 +134,7 @@ def generate(
     out = _TextOutput(request.stop)
 
     t0 = clock()
-    reuse = min(_common_prefix(target.kv_tokens, prompt), len(prompt) - 1)
+    reuse = min(common_prefix(target.kv_tokens, prompt), len(prompt) - 1)
     target.rollback(reuse)
     stats.reused_tokens = reuse
     if request.params.plain_greedy:
