@@ -65,7 +65,7 @@ def test_poor_acceptance_shortens_or_stops_drafts() -> None:
 
 
 def test_fallback_probes_back_off() -> None:
-    p = _policy(CPU_QWEN, draft_cost=0.02)
+    p = _policy(CPU_QWEN, draft_cost=0.005)  # cheap enough that a perfect draft would pay
     _teach(p, 0.5)
     choices = [p.choose() for _ in range(16 + 32 + 1)]
     probes = [i for i, k in enumerate(choices) if k > 0]
@@ -92,3 +92,10 @@ def test_a_run_of_full_acceptances_turns_drafts_long_and_a_miss_stops_them() -> 
     p.observe_acceptance(4, 4)  # a draft lands whole: a copy has started again
     assert p.hot == 1
     assert p.choose() >= 12
+
+
+def test_no_probe_where_even_perfect_drafts_lose() -> None:
+    # A drafter costing a whole target step per token can never pay on a compute-bound CPU.
+    p = _policy(CPU_QWEN, draft_cost=0.040)
+    assert p.best_case_gain() < 1.0
+    assert all(p.choose() == 0 for _ in range(200))

@@ -216,10 +216,10 @@ def generate(
         if use_draft:
             assert drafter is not None
             assert policy is not None
-            if not draft:
-                shadow.check(step_tokens[0], policy)
             if draft:  # only a drafted step can leave rejected tokens in the drafter's cache
                 drafter.sync(committed + step_tokens)
+            else:
+                shadow.check(step_tokens[0], policy)
             host_s = clock() - step_t0 - draft_s - result.verify_s
             policy.observe(len(draft), result.accepted, result.verify_s, host_s)
             stats.draft_s += draft_s

@@ -162,6 +162,11 @@ class DraftPolicy:
                 best_k, best_rate = k, rate
         return best_k, best_rate / plain
 
+    def best_case_gain(self) -> float:
+        """Speed-up over a plain step if every drafted token were accepted: below 1, nothing can pay."""
+        plain = self._seconds(0)
+        return max((k + 1) * plain / self._seconds(k) for k in range(1, self.max_draft + 1))
+
     def choose(self) -> int:
         """Draft length for the next step (0: decode plainly)."""
         if not self.adaptive:
@@ -178,8 +183,9 @@ class DraftPolicy:
             f"drafter {self.draft_cost_s * 1e3:.2f} ms/token)"
         )
         self._since_probe += 1
-        if self._since_probe >= self._probe_every:
-            # A short probe keeps the acceptance estimate fresh; backing off keeps its price small.
+        if self._since_probe >= self._probe_every and self.best_case_gain() >= _MIN_GAIN:
+            # A short probe keeps the acceptance estimate fresh; backing off keeps its price small,
+            # and no probe is spent where even a perfect draft would lose (a drafter too dear).
             self._since_probe = 0
             self._probe_every = min(self._probe_every * 2, 1024)
             return max(1, min(4, self.max_draft))
