@@ -29,6 +29,9 @@ _COST_EMA = 0.1
 _OUTLIER = 3.0  # a verify that took 3x the estimate (a GC pause, a busy host) does not move it
 _MIN_GAIN = 1.03  # a draft must promise 3% over a plain step to be worth verifying
 _FIRST_PROBE = 16
+# A probe is an investment (a model drafter may first have to catch up on the whole prompt): only
+# made where perfect drafts would win clearly.
+_PROBE_MIN_GAIN = 1.25
 
 
 @dataclass
@@ -183,7 +186,7 @@ class DraftPolicy:
             f"drafter {self.draft_cost_s * 1e3:.2f} ms/token)"
         )
         self._since_probe += 1
-        if self._since_probe >= self._probe_every and self.best_case_gain() >= _MIN_GAIN:
+        if self._since_probe >= self._probe_every and self.best_case_gain() >= _PROBE_MIN_GAIN:
             # A short probe keeps the acceptance estimate fresh; backing off keeps its price small,
             # and no probe is spent where even a perfect draft would lose (a drafter too dear).
             self._since_probe = 0
