@@ -16,7 +16,7 @@ from app.config import ConfigError, Settings, add_section_flags, load_settings, 
 from app.logs import setup_logging
 
 log = logging.getLogger("foresight")
-COMMANDS = ("chat", "generate", "bench")
+COMMANDS = ("chat", "generate", "bench", "serve")
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts.json"
 
 
@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tokens", type=int, default=256, help="tokens generated per prompt")
     bench.add_argument("--only", default="", help="comma-separated prompt names or kinds to run")
     bench.add_argument("--json", action="store_true", help="one JSON line per prompt, then a summary")
+
+    serve = sub.add_parser("serve", help="the engine process: an OpenAI-compatible HTTP API (READY port=<n>)")
+    _model_flags(serve)
+    _sampling_flags(serve)
+    add_section_flags(serve, "server", ["host", "port", "queue_size", "cors_origin"])
     return parser
 
 
@@ -171,6 +176,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.engine.serve import serve
+
+    return serve(args, _settings(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -181,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.catalog.packaged import ModelPackageMissing
     from app.engine.errors import EngineError
 
-    handlers = {"chat": cmd_chat, "generate": cmd_generate, "bench": cmd_bench}
+    handlers = {"chat": cmd_chat, "generate": cmd_generate, "bench": cmd_bench, "serve": cmd_serve}
     try:
         return handlers[args.command](args)
     except (EngineError, ModelPackageMissing, ConfigError) as exc:

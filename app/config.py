@@ -61,10 +61,20 @@ class EngineSettings(Section):
     )
 
 
+class ServerSettings(Section):
+    """The engine's HTTP listener (`python -m app serve`)."""
+
+    host: str = Field("127.0.0.1", description="address to listen on (not loopback: needs FORESIGHT_API_KEY)")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: the OS picks a free one)")
+    queue_size: int = Field(8, ge=1, le=1024, description="requests waiting for the engine before 503")
+    cors_origin: str | None = Field(None, description="browser origin allowed by CORS (unset: CORS off)")
+
+
 class Settings(Section):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     draft: DraftSettings = Field(default_factory=DraftSettings)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
 
 
 class ConfigError(ValueError):

@@ -1,0 +1,386 @@
+"""The engine's FastAPI app: thin OpenAI-compatible routes over the worker, guards, one error renderer."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.config import Settings
+from app.engine.errors import EngineError
+from app.engine.generation import Chunk
+from app.engine.protocol import (
+    MAX_BODY_BYTES,
+    APIError,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionChoice,
+    CompletionRequest,
+    Delta,
+    ModelCard,
+    ModelList,
+    ResponseMessage,
+    SamplingRequest,
+    Usage,
+    error_event,
+    from_engine_error,
+    new_id,
+    parse_body,
+    sse,
+)
+from app.engine.stats import SpecStats
+from app.engine.worker import END, Job, NotReady, QueueFull, ShuttingDown, Worker
+
+log = logging.getLogger("foresight.server")
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+DRAIN_LIMIT = 16 * MAX_BODY_BYTES  # read (and drop) this much of an oversized body so the client sees 413
+router = APIRouter()
+
+
+@dataclass
+class AppState:
+    """Everything the routes share: the worker, the settings and what the guards check."""
+
+    worker: Worker
+    settings: Settings
+    api_key: str | None
+    allowed_hosts: frozenset[str] | None  # None: any Host header (a key guards a LAN listener)
+    port: int | None = None  # the bound port (settings may say 0)
+    started: int = field(default_factory=lambda: int(time.time()))
+
+
+def _state(request: Request) -> AppState:
+    return request.app.state.foresight
+
+
+# --- guards -----------------------------------------------------------------------------------------
+def host_name(host: str) -> str:
+    """The Host header without its port: 'localhost:8080' -> 'localhost', '[::1]:80' -> '[::1]'."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0]
+
+
+class Guard:
+    """Host allowlist (DNS rebinding) and the bearer key, before any route runs; /health stays open."""
+
+    def __init__(self, app: ASGIApp, state: AppState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            error = self._check(scope)
+            if error is not None:
+                response = JSONResponse(error.body(), error.status, headers=error.headers)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _check(self, scope: Scope) -> APIError | None:
+        headers = Headers(scope=scope)
+        allowed = self.state.allowed_hosts
+        if allowed is not None and host_name(headers.get("host", "")) not in allowed:
+            return APIError(400, "this Host is not served (DNS rebinding protection)", "invalid_host")
+        key = self.state.api_key
+        if key and scope["path"] != "/health":
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+                return APIError(
+                    401,
+                    "missing or wrong API key (Authorization: Bearer <key>)",
+                    "unauthorized",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        return None
+
+
+# --- errors -----------------------------------------------------------------------------------------
+async def render_error(request: Request, exc: Exception) -> Response:
+    """The one place that turns exceptions into OpenAI's error shape."""
+    if isinstance(exc, APIError):
+        error = exc
+    elif isinstance(exc, EngineError):
+        error = from_engine_error(exc)
+    elif isinstance(exc, HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        error = APIError(exc.status_code, str(exc.detail), code)
+    else:
+        log.exception("unexpected error on %s", request.url.path, exc_info=exc)
+        error = APIError(500, f"internal error: {type(exc).__name__}", "internal_error")
+    return JSONResponse(error.body(), error.status, headers=error.headers)
+
+
+# --- helpers shared by the generation routes --------------------------------------------------------
+async def read_body(request: Request) -> bytes:
+    body, size = bytearray(), 0
+    async for piece in request.stream():
+        size += len(piece)
+        if size <= MAX_BODY_BYTES:
+            body += piece
+        elif size > DRAIN_LIMIT:
+            break
+    if size > MAX_BODY_BYTES:
+        raise APIError(413, f"the body is over {MAX_BODY_BYTES} bytes", "request_too_large")
+    return bytes(body)
+
+
+def make_job(state: AppState, body: SamplingRequest, **prompt: Any) -> Job:
+    defaults = state.settings.sampling
+    return Job(
+        params=body.sampling_params(defaults),
+        max_tokens=body.max_tokens or body.max_completion_tokens or defaults.max_tokens,
+        stop=body.stop_list,
+        speculative=body.speculative,
+        **prompt,
+    )
+
+
+async def next_result(job: Job) -> Any:
+    # A blocking get in a worker thread; abandoned (not awaited) when the client goes away.
+    return await anyio.to_thread.run_sync(job.results.get, abandon_on_cancel=True)
+
+
+async def start(state: AppState, job: Job) -> Any:
+    """Queue the job and wait for its first result, so that request errors get their HTTP status."""
+    try:
+        state.worker.submit(job)
+    except NotReady:
+        raise APIError(503, f"the model is not ready ({state.worker.state})", "model_not_loaded") from None
+    except QueueFull:
+        raise APIError(
+            503, "the engine is busy; retry shortly", "server_busy", headers={"Retry-After": "1"}
+        ) from None
+    try:
+        first = await next_result(job)
+    except BaseException:
+        job.cancel.set()
+        raise
+    if isinstance(first, ShuttingDown):
+        raise APIError(503, str(first), "server_shutting_down")
+    if isinstance(first, BaseException):
+        raise first
+    return first
+
+
+async def chunks(job: Job, first: Any) -> AsyncIterator[Chunk]:
+    """The job's chunks; leaving early (disconnect, error) cancels the generation."""
+    item = first
+    try:
+        while item is not END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            item = await next_result(job)
+    finally:
+        job.cancel.set()
+
+
+async def cancel_on_disconnect(request: Request, job: Job) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    job.cancel.set()
+
+
+async def collect(request: Request, job: Job, first: Any) -> tuple[str, str | None, SpecStats]:
+    """(text, finish_reason, stats) of a whole non-streamed generation."""
+    watcher = asyncio.ensure_future(cancel_on_disconnect(request, job))
+    text, finish, stats = [], None, SpecStats()
+    try:
+        async for chunk in chunks(job, first):
+            text.append(chunk.text)
+            finish = chunk.finish_reason or finish
+            stats = chunk.stats or stats
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    return "".join(text), finish, stats
+
+
+def model_id(state: AppState) -> str:
+    props = state.worker.props or {}
+    return Path(props.get("target", {}).get("path", "model")).stem
+
+
+def stream_error(exc: Exception) -> str:
+    """An error after the stream began: one SSE event in the error shape (the status is already sent)."""
+    log.info("stream failed: %s", exc)
+    if isinstance(exc, EngineError):
+        return error_event(from_engine_error(exc))
+    return error_event(APIError(500, f"internal error: {type(exc).__name__}", "internal_error"))
+
+
+def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+
+# --- routes -----------------------------------------------------------------------------------------
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    state = _state(request)
+    body = parse_body(ChatCompletionRequest, await read_body(request))
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    job = make_job(state, body, messages=messages, tools=body.tools)
+    first = await start(state, job)
+    rid, model = new_id("chatcmpl"), model_id(state)
+    if not body.stream:
+        text, finish, stats = await collect(request, job, first)
+        message = ResponseMessage(content=text)
+        choice = ChatChoice(message=message, finish_reason=finish)
+        completion = ChatCompletion(id=rid, model=model, choices=[choice], usage=Usage.from_stats(stats))
+        return JSONResponse(completion.model_dump())
+
+    async def events() -> AsyncIterator[str]:
+        created = int(time.time())
+
+        def chunk(choices: list[ChatChunkChoice], **extra: Any) -> str:
+            return sse(ChatCompletionChunk(id=rid, created=created, model=model, choices=choices, **extra))
+
+        yield chunk([ChatChunkChoice(delta=Delta(role="assistant", content=""))])
+        stats = None
+        try:
+            async for piece in chunks(job, first):
+                if piece.text or piece.tokens:
+                    choice = ChatChunkChoice(delta=Delta(content=piece.text))
+                    yield chunk([choice], speculative_tokens=piece.from_draft)
+                if piece.finish_reason is not None:
+                    yield chunk([ChatChunkChoice(delta=Delta(), finish_reason=piece.finish_reason)])
+                    stats = piece.stats
+        except Exception as exc:
+            yield stream_error(exc)
+        if body.include_usage and stats is not None:
+            yield chunk([], usage=Usage.from_stats(stats))
+        yield sse("[DONE]")
+
+    return event_stream(events())
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    state = _state(request)
+    body = parse_body(CompletionRequest, await read_body(request))
+    job = make_job(state, body, text=body.prompt)
+    first = await start(state, job)
+    rid, model = new_id("cmpl"), model_id(state)
+    if not body.stream:
+        text, finish, stats = await collect(request, job, first)
+        choice = CompletionChoice(text=text, finish_reason=finish)
+        completion = Completion(id=rid, model=model, choices=[choice], usage=Usage.from_stats(stats))
+        return JSONResponse(completion.model_dump(exclude_none=True))
+
+    async def events() -> AsyncIterator[str]:
+        created = int(time.time())
+        stats = None
+        try:
+            async for piece in chunks(job, first):
+                choice = CompletionChoice(text=piece.text, finish_reason=piece.finish_reason)
+                yield sse(
+                    Completion(
+                        id=rid,
+                        created=created,
+                        model=model,
+                        choices=[choice],
+                        speculative_tokens=piece.from_draft,
+                    )
+                )
+                stats = piece.stats or stats
+        except Exception as exc:
+            yield stream_error(exc)
+        if body.include_usage and stats is not None:
+            yield sse(
+                Completion(id=rid, created=created, model=model, choices=[], usage=Usage.from_stats(stats))
+            )
+        yield sse("[DONE]")
+
+    return event_stream(events())
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    state = _state(request)
+    props = state.worker.props
+    if props is None:
+        raise APIError(503, f"the model is not ready ({state.worker.state})", "model_not_loaded")
+    card = ModelCard(
+        id=model_id(state),
+        created=state.started,
+        context_length=props["target"]["n_ctx"],
+        draft=props["draft"]["source"],
+    )
+    return JSONResponse(ModelList(data=[card]).model_dump())
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    worker = _state(request).worker
+    status = {"ready": "ok"}.get(worker.state, worker.state)
+    body: dict[str, Any] = {"status": status}
+    if worker.load_error is not None:
+        body["message"] = str(worker.load_error)
+    return JSONResponse(body, 200 if status == "ok" else 503)
+
+
+@router.get("/props")
+async def props(request: Request) -> Response:
+    state = _state(request)
+    if state.worker.props is None:
+        raise APIError(503, f"the model is not ready ({state.worker.state})", "model_not_loaded")
+    server = state.settings.server.model_dump()
+    server.update(auth=state.api_key is not None, queue_depth=state.worker.queue_depth)
+    if state.port is not None:
+        server["port"] = state.port
+    return JSONResponse({**state.worker.props, "server": server})
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    worker = _state(request).worker
+    return PlainTextResponse(
+        worker.metrics.prometheus(worker.queue_depth), media_type="text/plain; version=0.0.4"
+    )
+
+
+# --- the app ----------------------------------------------------------------------------------------
+def create_app(
+    worker: Worker, settings: Settings, api_key: str | None = None, port: int | None = None
+) -> FastAPI:
+    server = settings.server
+    bind_name = f"[{server.host}]" if ":" in server.host and not server.host.startswith("[") else server.host
+    allowed: frozenset[str] | None = LOCAL_HOSTS | {host_name(bind_name)}
+    if api_key and server.host in ("0.0.0.0", "::", ""):
+        allowed = None  # a LAN listener answers to any name; the key is the guard
+    state = AppState(worker, settings, api_key, allowed, port)
+    app = FastAPI(title="Foresight engine", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.foresight = state
+    app.include_router(router)
+    for kind in (APIError, EngineError, HTTPException, Exception):
+        app.add_exception_handler(kind, render_error)
+    app.add_middleware(Guard, state=state)
+    if server.cors_origin:  # outermost, so that preflight requests are answered before the key check
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=[server.cors_origin],
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    return app
