@@ -47,7 +47,6 @@ class ChatFormat:
         self.architecture = architecture
         self.stop: list[str] = []
         self._template: jinja2.Template | None = None
-        self._template_text = template or ""
         if template:
             try:
                 self._template = _environment().from_string(template)
@@ -59,10 +58,6 @@ class ChatFormat:
         else:
             self.source = "fallback:plain"
             self.stop = ["\nUser:"]
-
-    @property
-    def supports_tools(self) -> bool:
-        return self._template is not None and "tools" in self._template_text
 
     def render(
         self,

@@ -141,14 +141,6 @@ class DraftPolicy:
         state = self.hot if hot is None else hot
         return [_estimate(h, t) for h, t in zip(self.hits[state], self.tries[state], strict=True)]
 
-    def expected_rate(self, k: int) -> tuple[float, float]:
-        """(expected tokens per second, expected tokens per pass) for a draft of length k."""
-        tokens, survive = 1.0, 1.0
-        for a in self.acceptance()[:k]:
-            survive *= a
-            tokens += survive
-        return tokens / self._seconds(k), tokens
-
     def _seconds(self, k: int) -> float:
         return self.costs.cost(k + 1) + k * self.draft_cost_s + self.host_s
 

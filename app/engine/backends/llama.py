@@ -337,13 +337,6 @@ class LlamaBackend:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab_p, token))
 
-    def is_control(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_control(self._vocab_p, token))
-
-    def special_token(self, name: str) -> int:
-        """FIM and other named tokens: fim_pre, fim_suf, fim_mid, eot, ... (-1 when absent)."""
-        return int(getattr(llama_cpp, f"llama_vocab_{name}")(self._vocab_p))
-
     # --- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
         if self._argmax_on and self._ctx:
