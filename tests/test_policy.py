@@ -99,3 +99,12 @@ def test_no_probe_where_even_perfect_drafts_lose() -> None:
     p = _policy(CPU_QWEN, draft_cost=0.040)
     assert p.best_case_gain() < 1.0
     assert all(p.choose() == 0 for _ in range(200))
+
+
+def test_no_probe_when_the_drafter_must_first_read_a_long_prompt() -> None:
+    p = _policy(CPU_QWEN, draft_cost=0.005)
+    _teach(p, 0.5)
+    # 800 prompt tokens at 5 ms each (a CPU drafter's prefill) dwarf what 240 tokens could save.
+    assert all(p.choose(lambda: 800 * 0.005, remaining=240) == 0 for _ in range(200))
+    # A fast drafter (GPU prefill) may probe.
+    assert any(p.choose(lambda: 800 * 0.00005, remaining=240) > 0 for _ in range(200))

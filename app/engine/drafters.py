@@ -27,6 +27,11 @@ _NON_TEXT_ARCHITECTURES = {
 class Drafter(Protocol):
     source: str  # ngram | model | cross-vocab
     cost_per_token_s: float  # measured cost of drafting one token (0 for lookups)
+    prefill_cost_per_token_s: float  # measured cost of reading one context token in a batch
+
+    def catch_up_tokens(self, committed: list[int]) -> int:
+        """Context tokens the drafter would have to read before its next draft."""
+        ...
 
     def begin(self, prompt: list[int], draft_prompt: bytes | None) -> None:
         """A new generation starts from `prompt` (target tokens)."""
@@ -52,6 +57,7 @@ class NgramDrafter:
 
     source = "ngram"
     cost_per_token_s = 0.0
+    prefill_cost_per_token_s = 0.0
 
     def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
         if not 1 <= n_min <= n_max:
@@ -90,6 +96,9 @@ class NgramDrafter:
 
     def sync(self, committed: list[int]) -> None:
         pass
+
+    def catch_up_tokens(self, committed: list[int]) -> int:
+        return 0
 
 
 # --- vocabulary compatibility -------------------------------------------------------------------------
@@ -155,11 +164,13 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def measure_token_cost(model: Backend, repeats: int = 3) -> float:
-    """Seconds for one single-token decode of `model` after a short prefix (its drafting cost per token)."""
+def measure_token_cost(model: Backend, repeats: int = 3) -> tuple[float, float]:
+    """Seconds per token of `model` drafting (one-token decodes) and reading context (a 64-token batch)."""
     model.rollback(0)
-    base = [model.vocab.bos if model.vocab.bos >= 0 else 1] * 8
+    base = [model.vocab.bos if model.vocab.bos >= 0 else 1] * 64
+    t0 = time.perf_counter()
     model.decode_argmax(base, len(base) - 1)
+    prefill = (time.perf_counter() - t0) / len(base)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -167,7 +178,7 @@ def measure_token_cost(model: Backend, repeats: int = 3) -> float:
         best = min(best, time.perf_counter() - t0)
         model.rollback(len(base))
     model.rollback(0)
-    return best
+    return best, prefill
 
 
 class _GreedyModel:
@@ -190,15 +201,19 @@ class _GreedyModel:
     def sync(self, context: list[int]) -> None:
         self.model.rollback(common_prefix(self.model.kv_tokens, context))
 
+    def catch_up_tokens(self, context: list[int]) -> int:
+        return len(context) - common_prefix(self.model.kv_tokens, context)
+
 
 class ModelDrafter:
     """A smaller model with the target's vocabulary drafts greedily on the token path."""
 
     source = "model"
 
-    def __init__(self, model: Backend, cost_per_token_s: float) -> None:
+    def __init__(self, model: Backend, cost_per_token_s: float, prefill_cost_per_token_s: float) -> None:
         self.model = model
         self.cost_per_token_s = cost_per_token_s
+        self.prefill_cost_per_token_s = prefill_cost_per_token_s
         self._greedy = _GreedyModel(model)
 
     def begin(self, prompt: list[int], draft_prompt: bytes | None) -> None:
@@ -209,6 +224,9 @@ class ModelDrafter:
 
     def sync(self, committed: list[int]) -> None:
         self._greedy.sync(committed)
+
+    def catch_up_tokens(self, committed: list[int]) -> int:
+        return self._greedy.catch_up_tokens(committed)
 
 
 class CrossVocabDrafter:
@@ -221,12 +239,18 @@ class CrossVocabDrafter:
     source = "cross-vocab"
 
     def __init__(
-        self, model: Backend, target: Backend, verdict: VocabVerdict, cost_per_token_s: float
+        self,
+        model: Backend,
+        target: Backend,
+        verdict: VocabVerdict,
+        cost_per_token_s: float,
+        prefill_cost_per_token_s: float,
     ) -> None:
         self.model = model
         self.target = target
         self.verdict = verdict
         self.cost_per_token_s = cost_per_token_s
+        self.prefill_cost_per_token_s = prefill_cost_per_token_s
         self._greedy = _GreedyModel(model)
         self._prompt_tokens: list[int] = []
         self._generated = bytearray()
@@ -268,6 +292,9 @@ class CrossVocabDrafter:
 
     def sync(self, committed: list[int]) -> None:
         self._greedy.sync(self._drafter_context(committed))
+
+    def catch_up_tokens(self, committed: list[int]) -> int:
+        return self._greedy.catch_up_tokens(self._drafter_context(committed))
 
 
 def _complete_utf8_prefix(data: bytes) -> int:

@@ -109,12 +109,12 @@ class Engine:
         self.draft_model = model
         check_drafter_usable(model)
         self.vocab_verdict = check_vocab(self.target, model)
-        cost = measure_token_cost(model)
+        cost, prefill = measure_token_cost(model)
         log.info("drafter %s: %s", path.name, self.vocab_verdict.summary())
         if self.vocab_verdict.compatible:
-            return ModelDrafter(model, cost)
+            return ModelDrafter(model, cost, prefill)
         self.draft_chat = ChatFormat(model.chat_template, model.facts.architecture)
-        return CrossVocabDrafter(model, self.target, self.vocab_verdict, cost)
+        return CrossVocabDrafter(model, self.target, self.vocab_verdict, cost, prefill)
 
     # --- prompts --------------------------------------------------------------------------------------
     def tokenize_text(self, text: str) -> list[int]:

@@ -197,7 +197,13 @@ def generate(
         if use_draft:
             assert drafter is not None
             assert policy is not None
-            k = min(policy.choose(), max(room, 0))
+            k = min(
+                policy.choose(
+                    lambda: drafter.catch_up_tokens(committed) * drafter.prefill_cost_per_token_s,
+                    request.max_tokens - n_generated,
+                ),
+                max(room, 0),
+            )
             if k > 0:
                 d0 = clock()
                 draft = drafter.propose(committed, k)[:k]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,9 @@ _FIRST_PROBE = 16
 # A probe is an investment (a model drafter may first have to catch up on the whole prompt): only
 # made where perfect drafts would win clearly.
 _PROBE_MIN_GAIN = 1.25
+# ...and only where what the drafter must first read (its whole prompt, say) costs less than a quarter
+# of what perfect drafts could save over the tokens still to come.
+_PROBE_BUDGET = 0.25
 
 
 @dataclass
@@ -157,13 +161,24 @@ class DraftPolicy:
                 best_k, best_rate = k, rate
         return best_k, best_rate / plain
 
+    def _probe_pays(self, catch_up_s: Callable[[], float], remaining: int) -> bool:
+        gain = self.best_case_gain()
+        if gain < _PROBE_MIN_GAIN:
+            return False
+        saving = remaining * self._seconds(0) * (1.0 - 1.0 / gain)
+        return catch_up_s() <= _PROBE_BUDGET * saving
+
     def best_case_gain(self) -> float:
         """Speed-up over a plain step if every drafted token were accepted: below 1, nothing can pay."""
         plain = self._seconds(0)
         return max((k + 1) * plain / self._seconds(k) for k in range(1, self.max_draft + 1))
 
-    def choose(self) -> int:
-        """Draft length for the next step (0: decode plainly)."""
+    def choose(self, catch_up_s: Callable[[], float] = lambda: 0.0, remaining: int = 256) -> int:
+        """Draft length for the next step (0: decode plainly).
+
+        catch_up_s: the drafter's cost of reading what it has not seen yet, asked only before a probe.
+        remaining: tokens the request may still generate.
+        """
         if not self.adaptive:
             return self.max_draft
         k, gain = self.best()
@@ -178,7 +193,7 @@ class DraftPolicy:
             f"drafter {self.draft_cost_s * 1e3:.2f} ms/token)"
         )
         self._since_probe += 1
-        if self._since_probe >= self._probe_every and self.best_case_gain() >= _PROBE_MIN_GAIN:
+        if self._since_probe >= self._probe_every and self._probe_pays(catch_up_s, remaining):
             # A short probe keeps the acceptance estimate fresh; backing off keeps its price small,
             # and no probe is spent where even a perfect draft would lose (a drafter too dear).
             self._since_probe = 0
