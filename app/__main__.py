@@ -93,8 +93,7 @@ def _engine(args: argparse.Namespace):
 def _sampling(settings: Settings):
     from app.engine.sampling import SamplingParams
 
-    s = settings.sampling
-    return SamplingParams(s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n, s.seed)
+    return SamplingParams.from_settings(settings.sampling)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -103,12 +102,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with _engine(args) as engine:
         if args.raw:
-            tokens, draft_prompt = engine.tokenize_text(args.prompt), None
+            prompt = engine.render_text(args.prompt)
         else:
             prompt = engine.render_chat([{"role": "user", "content": args.prompt}])
-            tokens, draft_prompt = prompt.tokens, prompt.draft_prompt
         request = GenerationRequest(
-            tokens, _sampling(settings), settings.sampling.max_tokens, (), draft_prompt, True
+            prompt.tokens, _sampling(settings), settings.sampling.max_tokens, (), prompt.draft_prompt, True
         )
         text, stats, finish = [], None, None
         for chunk in engine.generate(request):

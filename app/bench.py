@@ -84,10 +84,8 @@ def load_prompts(path: Path) -> list[dict[str, Any]]:
 
 
 def prompt_tokens(engine: Engine, entry: dict[str, Any]) -> tuple[list[int], bytes | None]:
-    if "messages" in entry:
-        p = engine.render_chat(entry["messages"])
-        return p.tokens, p.draft_prompt
-    return engine.tokenize_text(entry["prompt"]), None
+    p = engine.render_chat(entry["messages"]) if "messages" in entry else engine.render_text(entry["prompt"])
+    return p.tokens, p.draft_prompt
 
 
 def run_once(

@@ -127,3 +127,12 @@ def test_two_token_speculative_chain_matches_plain_sampling() -> None:
         counts[a, b] += 1
     expected = target[start][:, None] * target * n
     assert stats.chisquare(counts.ravel(), expected.ravel()).pvalue > ALPHA
+
+
+def test_params_come_from_the_configured_defaults_with_overrides() -> None:
+    from app.config import SamplingSettings
+
+    defaults = SamplingSettings()
+    p = SamplingParams.from_settings(defaults, temperature=0.0, seed=None, top_k=5)
+    assert (p.temperature, p.top_k, p.seed) == (0.0, 5, defaults.seed)
+    assert (p.top_p, p.min_p, p.repeat_last_n) == (defaults.top_p, defaults.min_p, defaults.repeat_last_n)

@@ -120,6 +120,10 @@ class Engine:
     def tokenize_text(self, text: str) -> list[int]:
         return self.target.tokenize(text.encode("utf-8"), True, False)
 
+    def render_text(self, text: str) -> Prompt:
+        """Raw text to complete as is, without the chat template."""
+        return Prompt(self.tokenize_text(text), text, None)
+
     def render_chat(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
     ) -> Prompt:

@@ -109,17 +109,14 @@ class SamplingRequest(_Request):
     speculative: bool = True  # extension: false decodes plainly (for comparisons)
 
     def sampling_params(self, defaults: SamplingSettings) -> SamplingParams:
-        def pick(value: Any, default: Any) -> Any:
-            return default if value is None else value
-
-        return SamplingParams(
-            temperature=pick(self.temperature, defaults.temperature),
-            top_k=pick(self.top_k, defaults.top_k),
-            top_p=pick(self.top_p, defaults.top_p),
-            min_p=pick(self.min_p, defaults.min_p),
-            repeat_penalty=pick(self.repeat_penalty, defaults.repeat_penalty),
-            repeat_last_n=defaults.repeat_last_n,
-            seed=pick(self.seed, defaults.seed),
+        return SamplingParams.from_settings(
+            defaults,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            seed=self.seed,
         )
 
     @property

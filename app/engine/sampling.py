@@ -7,9 +7,12 @@ speculative run reproduces the seeded plain run token for token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
+
+from app.config import SamplingSettings
 
 _NUCLEUS_PROBE = 256  # top-p first looks at the best 256 candidates; a full sort only when they fall short
 
@@ -23,6 +26,13 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     seed: int | None = None
+
+    @classmethod
+    def from_settings(cls, defaults: SamplingSettings, **overrides: Any) -> SamplingParams:
+        """The configured defaults, with every override that is not None taking their place."""
+        values = {f.name: getattr(defaults, f.name) for f in fields(cls)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
 
     @property
     def greedy(self) -> bool:

@@ -186,11 +186,10 @@ class Worker:
         try:
             if job.messages is not None:
                 prompt = engine.render_chat(job.messages, job.tools)
-                tokens, draft_prompt = prompt.tokens, prompt.draft_prompt
             else:
-                tokens, draft_prompt = engine.tokenize_text(job.text or ""), None
+                prompt = engine.render_text(job.text or "")
             request = GenerationRequest(
-                tokens, job.params, job.max_tokens, job.stop, draft_prompt, job.speculative
+                prompt.tokens, job.params, job.max_tokens, job.stop, prompt.draft_prompt, job.speculative
             )
             for chunk in engine.generate(request, job.cancel):
                 if chunk.stats is not None:
