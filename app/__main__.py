@@ -63,11 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tokens", type=int, default=256, help="tokens generated per prompt")
     bench.add_argument("--only", default="", help="comma-separated prompt names or kinds to run")
     bench.add_argument("--json", action="store_true", help="one JSON line per prompt, then a summary")
+    bench.add_argument(
+        "--shapes", action="store_true", help="only time verify passes by width (steady and alternating)"
+    )
 
     serve = sub.add_parser("serve", help="the engine process: an OpenAI-compatible HTTP API (READY port=<n>)")
     _model_flags(serve)
     _sampling_flags(serve)
     add_section_flags(serve, "server", ["host", "port", "queue_size", "cors_origin"])
+    serve.add_argument(
+        "--token-stdin",
+        action="store_true",
+        help="read the admin token (the GUI's per-launch secret) as one line on stdin; "
+        "else FORESIGHT_ADMIN_TOKEN; without one the /admin routes are off",
+    )
     return parser
 
 
@@ -170,6 +179,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not prompts:
             raise SystemExit(f"no prompt in {args.prompts} is named or of kind {args.only!r}")
     with _engine(args) as engine:
+        if args.shapes:
+            from app.bench import shape_profile
+
+            for key, ms in shape_profile(engine.target).items():
+                print(f"{key:<24} " + " ".join(f"{x:6.2f}" for x in ms), flush=True)
+            return 0
         run_bench(engine, prompts, args.tokens, args.json)
     return 0
 

@@ -165,6 +165,45 @@ def summarise(reports: list[PromptReport]) -> dict[str, Any]:
     }
 
 
+def shape_profile(
+    target: Any, widths: tuple[int, ...] = (1, 2, 3, 5, 9, 17), calls: int = 6
+) -> dict[str, Any]:
+    """Per-call seconds of verify passes by width: repeated (steady), and alternating with one-token steps.
+
+    A GPU backend may replay a captured graph only while consecutive passes keep their shape, so the
+    cost of a width depends on the width before it: this shows by how much.
+    """
+    import time
+
+    prefix = target.tokenize(b"def add(a, b):\n    return a + b\n" * 40, True, False)[:256]
+    argmax_modes = [True, False] if target.supports_device_argmax else [False]
+    out: dict[str, Any] = {}
+    for device in argmax_modes:
+        target._device_argmax = device
+        label = "device" if device else "host"
+        target.rollback(0)
+        target.decode_argmax(prefix, len(prefix) - 1)
+
+        def step(m: int) -> float:
+            t0 = time.perf_counter()
+            target.decode_argmax(prefix[:m], 0)
+            dt = time.perf_counter() - t0
+            target.rollback(len(prefix))
+            return dt
+
+        for m in widths:
+            out[f"{label}/steady/{m}"] = [round(step(m) * 1e3, 3) for _ in range(calls)]
+        for m in widths[1:]:
+            seq = [round(step(w) * 1e3, 3) for _ in range(calls) for w in (1, m)]
+            out[f"{label}/alternate-1/{m}"] = seq
+        for m in widths[1:]:  # runs of 4 of one width, then 4 of the other
+            seq = [round(step(w) * 1e3, 3) for _ in range(2) for w in (1, 1, 1, 1, m, m, m, m)]
+            out[f"{label}/runs-of-4/{m}"] = seq
+    target.rollback(0)
+    target._device_argmax = bool(argmax_modes[0])
+    return out
+
+
 def run_bench(
     engine: Engine, prompts: list[dict[str, Any]], n_tokens: int, as_json: bool
 ) -> list[PromptReport]:

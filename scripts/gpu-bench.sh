@@ -2,6 +2,7 @@
 # On the lent GPU machine (see ../shared/GPU.md), after the models and the llama-cpp-python build were
 # stashed with .gpu/remote.sh. Results land in $OUT.
 #   gpu-bench.sh prepare   collect the build, assemble both models, run the GPU tests
+#   gpu-bench.sh shapes    verify-pass timings by width: steady, and after a change of width
 #   gpu-bench.sh ngram     n-gram prompt lookup
 #   gpu-bench.sh fixed     n-gram at a fixed draft length 16 (as the naive loop), argmax on device and host
 #   gpu-bench.sh cross     gemma-3-270m drafting across vocabularies, and the naive n-gram baseline
@@ -21,6 +22,9 @@ case "${1:-}" in
       sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-m', 'gpu', '-q', '-s', 'tests/test_gpu.py']))" \
       > "$OUT/pytest-gpu.txt" 2>&1
     tail -n 5 "$OUT/pytest-gpu.txt" ;;
+  shapes)
+    bench --no-draft --shapes > "$OUT/shapes.txt" 2>&1
+    cat "$OUT/shapes.txt" | cut -c1-140 ;;
   ngram)
     bench --ngram > "$OUT/bench-ngram.txt" 2>&1
     tail -n 22 "$OUT"/bench-ngram.txt ;;
@@ -34,5 +38,5 @@ case "${1:-}" in
     bench --draft "$G" --draft-device gpu > "$OUT/bench-cross.txt" 2>&1
     python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 4,8,16 > "$OUT/naive-ngram.txt" 2>&1
     tail -n 22 "$OUT/bench-cross.txt"; cat "$OUT/naive-ngram.txt" | cut -c1-150 ;;
-  *) echo "usage: gpu-bench.sh prepare|ngram|fixed|cross"; exit 2 ;;
+  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross"; exit 2 ;;
 esac

@@ -30,3 +30,11 @@ def test_index_grows_with_history_and_resets() -> None:
     assert d.propose(h, 2) == [7, 5]
     d.begin([], None)
     assert d.propose([1, 2, 3], 2) == []
+
+
+def test_a_continuation_that_reaches_the_end_is_looked_up_again() -> None:
+    d = NgramDrafter(2, 4)
+    d.begin([], None)
+    # The last match is followed by only three tokens; the pattern repeats, so the draft goes on.
+    assert d.propose([5, 6, 7, 5, 6], 7) == [7, 5, 6, 7, 5, 6, 7]
+    assert d.propose([5, 6, 7, 5, 6], 2) == [7, 5]

@@ -108,3 +108,49 @@ def test_no_probe_when_the_drafter_must_first_read_a_long_prompt() -> None:
     assert all(p.choose(lambda: 800 * 0.005, remaining=240) == 0 for _ in range(200))
     # A fast drafter (GPU prefill) may probe.
     assert any(p.choose(lambda: 800 * 0.00005, remaining=240) > 0 for _ in range(200))
+
+
+# Measured on an H200, Qwen2.5-Coder-1.5B Q4_K_M (ms): steady passes replay a captured CUDA graph; the
+# passes after a change of width run uncaptured (switch penalty, summed over those passes).
+H200_STEADY = {1: 1.98, 2: 2.26, 4: 2.94, 8: 4.00, 16: 5.08, 17: 5.1}
+H200_SWITCH = {1: 2.5, 2: 3.5, 4: 3.5, 8: 4.0, 16: 4.5, 17: 4.5}
+
+
+def _gpu_policy() -> DraftPolicy:
+    costs = VerifyCosts.from_points(
+        {m: v / 1e3 for m, v in H200_STEADY.items()}, 17, {m: v / 1e3 for m, v in H200_SWITCH.items()}
+    )
+    return DraftPolicy(costs, 16, 0.0)
+
+
+def test_drafts_grow_past_the_longest_length_tried_while_all_is_accepted() -> None:
+    p = _policy(H200_7B)
+    for _ in range(10):
+        p.observe_acceptance(6, 6)
+    assert p.hot == 1
+    assert p.choose() == 16  # untried positions lean on the accepted ones before them
+
+
+def test_a_gpu_policy_keeps_its_width_and_pads_short_drafts() -> None:
+    p = _gpu_policy()
+    for _ in range(20):
+        p.observe(16, 16, 0.0051, 0.0)
+    assert p.width == 17
+    assert p.choose() == 16
+    assert p.pad_pays(3, 16)  # three real tokens: the pass stays at width 17
+    cpu = _policy(CPU_QWEN)
+    assert not cpu.pad_pays(3, 16)  # on a CPU, filler costs a full token each
+
+
+def test_a_change_of_width_must_pay_its_switch_penalty() -> None:
+    # Acceptance that pays a little on a steady width does not pay for leaving plain decoding.
+    marginal = _gpu_policy()
+    for _ in range(40):
+        marginal.observe_acceptance(1, 1)
+        marginal.observe_acceptance(1, 0)
+    marginal.observe(0, 0, 0.00198, 0.0)
+    assert marginal.width == 1
+    k, gain = marginal.best()
+    steady = (1 + marginal.acceptance()[0]) * H200_STEADY[1] / H200_STEADY[2]
+    assert steady > 1.0  # on the steady curve a one-token draft would win...
+    assert k == 0 or gain < steady  # ...the penalty of a new width takes that back

@@ -156,3 +156,29 @@ def test_sampled_speculation_keeps_the_target_distribution(gemma_self: Engine) -
     agree = sum(a == b for a, b in zip(same_seed, plain[:50], strict=True))
     print(f"same seed, same output: {agree}/50")
     assert agree >= 45
+
+
+def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:
+    """With a GPU-like cost curve (a change of width costs extra) short drafts are padded with filler
+    to the chosen width: the output and the KV stay exactly as without speculation."""
+    from app.engine.policy import DraftPolicy, VerifyCosts
+
+    steady = {1: 1.98e-3, 2: 2.26e-3, 4: 2.94e-3, 8: 4.0e-3, 17: 5.1e-3}
+    switch = {1: 2.5e-3, 2: 3.5e-3, 17: 4.5e-3}
+    class ShortDrafter(NgramDrafter):  # every other draft stops after 3 tokens
+        calls = 0
+
+        def propose(self, committed: list[int], k: int) -> list[int]:
+            self.calls += 1
+            return super().propose(committed, k)[: 3 if self.calls % 2 else k]
+
+    with Engine(gemma_path, None, settings("ngram", max_draft=16, adaptive=True)) as engine:
+        engine.policy = DraftPolicy(VerifyCosts.from_points(steady, 17, switch), 16, 0.0)
+        engine.drafter = ShortDrafter()
+        prompt = engine.render_chat(_prompt("edit-rename")).tokens
+        plain, _ = run_checked(engine, prompt, 96, speculative=False)
+        spec, st = run_checked(engine, prompt, 96, speculative=True)
+        assert_exact(engine, prompt, plain, spec)
+    assert st.padded > 0
+    assert st.accepted > 0
+    print(f"\npadded: {st.padded} filler tokens over {st.spec_steps} verify passes, {st.accepted} accepted")

@@ -85,10 +85,22 @@ class NgramDrafter:
         if len(committed) < self._indexed:  # history shrank: a new generation without begin()
             self.begin(committed, None)
         self._extend_index(committed)
-        for n in range(self.n_max, self.n_min - 1, -1):
-            if len(committed) <= n:
+        # A continuation that reaches the end of the history is looked up again from its own tail,
+        # so a repeating pattern drafts as far as k.
+        out: list[int] = []
+        while len(out) < k:
+            more = self._lookup(committed, out, k - len(out))
+            if not more:
+                break
+            out += more
+        return out
+
+    def _lookup(self, committed: list[int], drafted: list[int], k: int) -> list[int]:
+        tail = (committed[-self.n_max :] + drafted)[-self.n_max :] if drafted else committed[-self.n_max :]
+        for n in range(min(self.n_max, len(tail)), self.n_min - 1, -1):
+            if not drafted and len(committed) <= n:
                 continue
-            start = self._index.get(tuple(committed[-n:]))
+            start = self._index.get(tuple(tail[-n:]))
             if start is not None:
                 follow = start + n
                 return committed[follow : follow + k]

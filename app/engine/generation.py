@@ -216,6 +216,10 @@ def generate(
                 if free_drafter and not shadow.draft:
                     assert drafter is not None
                     shadow.start(drafter.propose(committed, policy.max_draft), policy.hot)
+        n_real = len(draft)
+        if use_draft and k > n_real and policy is not None and policy.pad_pays(n_real, k):
+            # Keep the pass at the chosen width; filler is verified like any draft, and rarely kept.
+            draft = draft + [draft[-1] if draft else committed[-1]] * (k - n_real)
         result = verify(target, sampler, committed, draft, clock)
         step_tokens = result.tokens
         step_flags = [i < result.accepted for i in range(len(result.tokens))]
@@ -227,12 +231,14 @@ def generate(
             else:
                 shadow.check(step_tokens[0], policy)
             host_s = clock() - step_t0 - draft_s - result.verify_s
-            policy.observe(len(draft), result.accepted, result.verify_s, host_s)
+            policy.observe(
+                n_real, min(result.accepted, n_real), result.verify_s, host_s, width=len(draft) + 1
+            )
             stats.draft_s += draft_s
             stats.host_s += host_s
         else:
             stats.host_s += clock() - step_t0 - result.verify_s
         stats.verify_s += result.verify_s
-        stats.record_step(k, len(draft), result.accepted)
+        stats.record_step(k, len(draft), result.accepted, padded=len(draft) - n_real)
         if on_step is not None:
             on_step(committed + step_tokens)

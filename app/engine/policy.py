@@ -5,6 +5,12 @@ is not monotonic: on an H200 at a 7B shape, 16 tokens verified faster than 8). W
 probability that draft position j is accepted once j-1 were, a draft of length k yields
 E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens in c(k+1) + k * drafter cost + host time. The policy picks
 the k with the best rate and decodes plainly when no k beats a plain step, then probes again later.
+
+On a GPU, c(m) also depends on the pass before: llama.cpp replays a captured CUDA graph only while
+consecutive passes keep their shape, and a new shape runs uncaptured, then is captured. So each width
+has a steady cost (the same width again) and a switch penalty (the extra cost of the passes after a
+change of width); the policy charges a change of width its penalty, spread over the steps it is
+expected to last, which makes it keep one width through a run of drafts and stay plain through prose.
 """
 
 from __future__ import annotations
@@ -37,33 +43,29 @@ _PROBE_MIN_GAIN = 1.25
 # of what perfect drafts could save over the tokens still to come: a probe bets on acceptance not yet
 # seen (measured: a quarter let gemma-3-270m prefill an 800-token prompt on a 2-core CPU, 0.81x).
 _PROBE_BUDGET = 0.1
+# A change of width is expected to last this many steps: its switch penalty is spread over them.
+_SWITCH_HORIZON = 8
 
 
 @dataclass
 class VerifyCosts:
     """Seconds to decode m tokens in one target pass, for m = 1..max_m (interpolated between points)."""
 
-    seconds: list[float]  # seconds[m - 1]
+    seconds: list[float]  # seconds[m - 1]: a pass of width m after passes of the same width (steady)
+    switch: list[float] | None = None  # switch[m - 1]: extra seconds of the passes after a change to m
 
     @classmethod
-    def from_points(cls, points: dict[int, float], max_m: int) -> VerifyCosts:
-        xs = sorted(points)
-        out = []
-        for m in range(1, max_m + 1):
-            if m in points:
-                out.append(points[m])
-                continue
-            lo = max((x for x in xs if x < m), default=xs[0])
-            hi = min((x for x in xs if x > m), default=xs[-1])
-            if lo == hi:
-                out.append(points[lo] * m / lo)
-            else:
-                w = (m - lo) / (hi - lo)
-                out.append(points[lo] * (1 - w) + points[hi] * w)
-        return cls(out)
+    def from_points(
+        cls, points: dict[int, float], max_m: int, switch: dict[int, float] | None = None
+    ) -> VerifyCosts:
+        return cls(_interpolate(points, max_m), _interpolate(switch, max_m) if switch else None)
 
     def cost(self, m: int) -> float:
         return self.seconds[min(m, len(self.seconds)) - 1]
+
+    def penalty(self, m: int) -> float:
+        """Extra seconds spent by the passes that follow a change of width to m (0 on a CPU)."""
+        return self.switch[min(m, len(self.switch)) - 1] if self.switch else 0.0
 
     def observe(self, m: int, seconds: float) -> None:
         if 1 <= m <= len(self.seconds) and seconds < _OUTLIER * self.seconds[m - 1]:
@@ -73,19 +75,46 @@ class VerifyCosts:
         return [round(s / self.seconds[0], 3) for s in self.seconds]
 
 
+def _interpolate(points: dict[int, float], max_m: int) -> list[float]:
+    xs = sorted(points)
+    out = []
+    for m in range(1, max_m + 1):
+        if m in points:
+            out.append(points[m])
+            continue
+        lo = max((x for x in xs if x < m), default=xs[0])
+        hi = min((x for x in xs if x > m), default=xs[-1])
+        if lo == hi:
+            out.append(points[lo] * m / lo)
+        else:
+            w = (m - lo) / (hi - lo)
+            out.append(points[lo] * (1 - w) + points[hi] * w)
+    return out
+
+
 def measure_verify_costs(
-    target: Backend, max_m: int, cache_file: Path | None = None, cache_key: str = ""
+    target: Backend,
+    max_m: int,
+    cache_file: Path | None = None,
+    cache_key: str = "",
+    shape_sensitive: bool = False,
 ) -> VerifyCosts:
-    """Time one target pass of m tokens after a 64-token prefix, for a spread of m; cached per model."""
+    """Time target passes of m tokens after a 64-token prefix, for a spread of m; cached per model.
+
+    shape_sensitive (a GPU): also time the passes right after a change of width, from which each
+    width's switch penalty is taken (width 1's from the passes back to plain steps).
+    """
     sizes = [m for m in CALIBRATION_SIZES if m <= max_m] + ([max_m] if max_m not in CALIBRATION_SIZES else [])
+    key = f"v2:{cache_key}:{'shape' if shape_sensitive else 'flat'}"
     if cache_file is not None and cache_file.exists():
         try:
-            cached = json.loads(cache_file.read_text()).get(cache_key)
+            cached = json.loads(cache_file.read_text()).get(key)
             if cached:
-                points = {int(k): float(v) for k, v in cached.items()}
+                points = {int(k): float(v) for k, v in cached["steady"].items()}
+                switch = {int(k): float(v) for k, v in cached.get("switch", {}).items()}
                 if all(m in points for m in sizes):
-                    return VerifyCosts.from_points(points, max_m)
-        except (ValueError, OSError):
+                    return VerifyCosts.from_points(points, max_m, switch or None)
+        except (ValueError, OSError, KeyError, TypeError, AttributeError):
             log.warning("ignoring unreadable verify-cost cache %s", cache_file)
     target.rollback(0)
     filler = target.tokenize(
@@ -93,17 +122,33 @@ def measure_verify_costs(
     )
     prefix = (filler * (64 // max(len(filler), 1) + 1))[:64]
     target.decode_argmax(prefix, len(prefix) - 1)
+
+    def timed(m: int) -> float:
+        t0 = time.perf_counter()
+        target.decode_argmax((prefix * (m // len(prefix) + 1))[:m], 0)
+        dt = time.perf_counter() - t0
+        target.rollback(len(prefix))
+        return dt
+
     points: dict[int, float] = {}
+    switch: dict[int, float] = {}
     try:
-        for m in sizes:
-            batch = (prefix * (m // len(prefix) + 1))[:m]
-            best = float("inf")
-            for _ in range(2 if m > 16 else 3):
-                t0 = time.perf_counter()
-                target.decode_argmax(batch, 0)
-                best = min(best, time.perf_counter() - t0)
-                target.rollback(len(prefix))
-            points[m] = best
+        if not shape_sensitive:
+            for m in sizes:
+                points[m] = min(timed(m) for _ in range(2 if m > 16 else 3))
+        else:
+            # After a change of width the first pass runs uncaptured and the second captures a graph;
+            # from the third on the graph is replayed: the steady cost.
+            ones = [timed(1) for _ in range(4)]
+            points[1] = min(ones[2:])
+            back: list[float] = []
+            for m in sizes[1:]:
+                runs = [timed(m) for _ in range(4)]
+                points[m] = min(runs[2:])
+                switch[m] = max(0.0, runs[0] + runs[1] - 2 * points[m])
+                ones = [timed(1) for _ in range(3)]
+                back.append(max(0.0, ones[0] + ones[1] - 2 * points[1]))
+            switch[1] = sorted(back)[len(back) // 2] if back else 0.0
     finally:
         target.rollback(0)
     if cache_file is not None:
@@ -111,11 +156,14 @@ def measure_verify_costs(
             data = json.loads(cache_file.read_text()) if cache_file.exists() else {}
         except (ValueError, OSError):
             data = {}
-        data[cache_key] = {str(k): v for k, v in points.items()}
+        data[key] = {
+            "steady": {str(k): v for k, v in points.items()},
+            "switch": {str(k): v for k, v in switch.items()},
+        }
         tmp = cache_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(cache_file)
-    return VerifyCosts.from_points(points, max_m)
+    return VerifyCosts.from_points(points, max_m, switch or None)
 
 
 class DraftPolicy:
@@ -138,16 +186,47 @@ class DraftPolicy:
         self.tries = [[0.0] * max_draft for _ in range(2)]
         self.hot = 0
         self.host_s = 0.0
+        self.width = 1  # width of the last target pass (1: a plain step)
+        self._run = 0  # passes of that width in a row
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
         self.last_reason = ""
 
     def acceptance(self, hot: int | None = None) -> list[float]:
+        """Per position: the chance it is accepted once the ones before it were.
+
+        A position seldom tried leans on the position before it, not on a flat prior: in a copied
+        run every position is as likely as the first, so drafts grow as far as acceptance holds.
+        """
         state = self.hot if hot is None else hot
-        return [_estimate(h, t) for h, t in zip(self.hits[state], self.tries[state], strict=True)]
+        out, prior = [], _PRIOR_ACCEPT
+        for h, t in zip(self.hits[state], self.tries[state], strict=True):
+            prior = (h + prior * _PRIOR_WEIGHT) / (t + _PRIOR_WEIGHT)
+            out.append(prior)
+        return out
+
+    def _pass_seconds(self, width: int) -> float:
+        """A target pass of `width` tokens now: steady cost, plus a share of the switch penalty."""
+        extra = 0.0 if width == self.width else self.costs.penalty(width) / _SWITCH_HORIZON
+        return self.costs.cost(width) + extra
 
     def _seconds(self, k: int) -> float:
-        return self.costs.cost(k + 1) + k * self.draft_cost_s + self.host_s
+        return self._pass_seconds(k + 1) + k * self.draft_cost_s + self.host_s
+
+    def pad_pays(self, drafted: int, k: int) -> bool:
+        """Whether a draft that came out shorter than the chosen k is better verified padded to k.
+
+        On a GPU the padded pass keeps the width (and its captured graph) that the next steps reuse.
+        """
+        if drafted >= k or self.costs.switch is None:
+            return False
+        padded, short = k + 1, drafted + 1
+        if padded != self.width:  # entering a new width either way: the cheaper one
+            return self._pass_seconds(padded) <= self._pass_seconds(short)
+        # A one-pass detour from the current width: its first pass runs uncaptured, and coming back
+        # pays the current width's whole penalty.
+        detour = self.costs.cost(short) + self.costs.penalty(short) / 2 + self.costs.penalty(padded)
+        return self.costs.cost(padded) <= detour
 
     def best(self) -> tuple[int, float]:
         """(k, speed-up over a plain step) for the best draft length, in one pass over k."""
@@ -190,7 +269,7 @@ class DraftPolicy:
             return k
         self.last_reason = (
             f"drafting would not pay here: best draft length {k} promises {gain:.2f}x a plain step "
-            f"(verify cost ratio c({k + 1})/c(1) = {self.costs.cost(k + 1) / self.costs.cost(1):.2f}, "
+            f"(verify cost ratio c({k + 1})/c(1) = {self._pass_seconds(k + 1) / self._pass_seconds(1):.2f}, "
             f"drafter {self.draft_cost_s * 1e3:.2f} ms/token)"
         )
         self._since_probe += 1
@@ -231,15 +310,19 @@ class DraftPolicy:
             self.tries[state][i] += 1.0
         self.hot = int(accepted == drafted >= 2)  # one lucky token is no run
 
-    def observe(self, drafted: int, accepted: int, verify_s: float, host_s: float) -> None:
+    def observe(
+        self, drafted: int, accepted: int, verify_s: float, host_s: float, width: int | None = None
+    ) -> None:
+        """One step: `drafted` real draft tokens (filler excluded), verified in a pass of `width` tokens."""
+        width = drafted + 1 if width is None else width
         self.observe_acceptance(drafted, accepted)
-        self.costs.observe(drafted + 1, verify_s)
+        self._run = self._run + 1 if width == self.width else 1
+        self.width = width
+        # The first passes after a change of width carry its switch penalty, not the steady cost.
+        if self.costs.switch is None or self._run >= 3:
+            self.costs.observe(width, verify_s)
         self.host_s += _COST_EMA * (host_s - self.host_s)
 
     def observe_draft_cost(self, n_tokens: int, seconds: float) -> None:
         if n_tokens > 0:
             self.draft_cost_s += _COST_EMA * (seconds / n_tokens - self.draft_cost_s)
-
-
-def _estimate(hits: float, tries: float) -> float:
-    return (hits + _PRIOR_ACCEPT * _PRIOR_WEIGHT) / (tries + _PRIOR_WEIGHT)

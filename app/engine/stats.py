@@ -11,7 +11,8 @@ class SpecStats:
     draft_source: str = "none"  # none | ngram | model | cross-vocab
     steps: int = 0  # target passes during generation (plain and verify)
     spec_steps: int = 0  # passes that verified a draft
-    drafted: int = 0
+    drafted: int = 0  # draft tokens verified, filler included
+    padded: int = 0  # filler tokens that kept a pass at the chosen width (a GPU graph's shape)
     accepted: int = 0
     emitted: int = 0
     prompt_tokens: int = 0
@@ -28,8 +29,9 @@ class SpecStats:
     host_s: float = 0.0
     decode_s: float = 0.0  # wall time from the first generated token to the last
 
-    def record_step(self, max_len: int, drafted: int, accepted: int) -> None:
+    def record_step(self, max_len: int, drafted: int, accepted: int, padded: int = 0) -> None:
         self.steps += 1
+        self.padded += padded
         self.draft_lengths[max_len] = self.draft_lengths.get(max_len, 0) + 1
         if drafted == 0:
             return
@@ -63,6 +65,7 @@ class SpecStats:
             "draft_source": self.draft_source,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "padded": self.padded,
             "acceptance_rate": round(self.acceptance_rate, 4),
             "mean_accepted_len": round(self.mean_accepted_len, 3),
             "acceptance_by_position": [

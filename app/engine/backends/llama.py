@@ -271,6 +271,8 @@ class LlamaBackend:
         self._argmax_on = on
 
     def _decode(self, tokens: list[int], logits_from: int) -> None:
+        if not self._ctx:
+            raise DecodeError(f"{self.path.name} is closed")
         n = len(tokens)
         if n == 0 or not 0 <= logits_from < n:
             raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
@@ -297,6 +299,8 @@ class LlamaBackend:
             self.kv_tokens.extend(tokens[chunk : chunk + m])
 
     def rollback(self, n_keep: int) -> None:
+        if not self._ctx:
+            raise DecodeError(f"{self.path.name} is closed")
         if n_keep < len(self.kv_tokens):
             if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 raise DecodeError(f"this model's cache cannot roll back to position {n_keep}")
