@@ -154,3 +154,13 @@ def test_a_change_of_width_must_pay_its_switch_penalty() -> None:
     steady = (1 + marginal.acceptance()[0]) * H200_STEADY[1] / H200_STEADY[2]
     assert steady > 1.0  # on the steady curve a one-token draft would win...
     assert k == 0 or gain < steady  # ...the penalty of a new width takes that back
+
+
+def test_a_gpu_policy_leaves_a_drafting_width_when_drafts_stop_landing() -> None:
+    # Staying at width 5 costs less per pass than a plain step plus its switch penalty; the penalty is
+    # paid once, though, and a plain stretch lasts: the policy must go plain, not stay for ever.
+    p = _gpu_policy()
+    for _ in range(6):
+        p.observe(4, 0, 0.00298, 0.0, width=5)
+    assert p.width == 5
+    assert p.choose() == 0

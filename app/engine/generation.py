@@ -201,6 +201,7 @@ def generate(
                 policy.choose(
                     lambda: drafter.catch_up_tokens(committed) * drafter.prefill_cost_per_token_s,
                     request.max_tokens - n_generated,
+                    probe=not free_drafter,
                 ),
                 max(room, 0),
             )
@@ -231,9 +232,7 @@ def generate(
             else:
                 shadow.check(step_tokens[0], policy)
             host_s = clock() - step_t0 - draft_s - result.verify_s
-            policy.observe(
-                n_real, min(result.accepted, n_real), result.verify_s, host_s, width=len(draft) + 1
-            )
+            policy.observe(k, min(result.accepted, n_real), result.verify_s, host_s, width=len(draft) + 1)
             stats.draft_s += draft_s
             stats.host_s += host_s
         else:

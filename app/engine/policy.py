@@ -43,8 +43,12 @@ _PROBE_MIN_GAIN = 1.25
 # of what perfect drafts could save over the tokens still to come: a probe bets on acceptance not yet
 # seen (measured: a quarter let gemma-3-270m prefill an 800-token prompt on a 2-core CPU, 0.81x).
 _PROBE_BUDGET = 0.1
-# A change of width is expected to last this many steps: its switch penalty is spread over them.
-_SWITCH_HORIZON = 8
+# A change of width pays its switch penalty once; the policy spreads it over the steps the new regime is
+# expected to last, learned as a running mean of past runs. Before any is seen: prose stretches (plain
+# steps) run long, drafting stretches short (measured on an H200: a change costs the next two passes
+# about three plain steps, so a short excursion into drafting and back rarely pays).
+_RUN_PRIOR = {False: 16.0, True: 4.0}  # expected steps of a plain / drafting run
+_RUN_EMA = 0.2
 
 
 @dataclass
@@ -188,6 +192,8 @@ class DraftPolicy:
         self.host_s = 0.0
         self.width = 1  # width of the last target pass (1: a plain step)
         self._run = 0  # passes of that width in a row
+        self._regime_run = 0  # passes in a row on the same side (plain or drafting)
+        self.expected_run = dict(_RUN_PRIOR)
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
         self.last_reason = ""
@@ -207,7 +213,7 @@ class DraftPolicy:
 
     def _pass_seconds(self, width: int) -> float:
         """A target pass of `width` tokens now: steady cost, plus a share of the switch penalty."""
-        extra = 0.0 if width == self.width else self.costs.penalty(width) / _SWITCH_HORIZON
+        extra = 0.0 if width == self.width else self.costs.penalty(width) / self.expected_run[width > 1]
         return self.costs.cost(width) + extra
 
     def _seconds(self, k: int) -> float:
@@ -253,11 +259,15 @@ class DraftPolicy:
         plain = self._seconds(0)
         return max((k + 1) * plain / self._seconds(k) for k in range(1, self.max_draft + 1))
 
-    def choose(self, catch_up_s: Callable[[], float] = lambda: 0.0, remaining: int = 256) -> int:
+    def choose(
+        self, catch_up_s: Callable[[], float] = lambda: 0.0, remaining: int = 256, probe: bool = True
+    ) -> int:
         """Draft length for the next step (0: decode plainly).
 
         catch_up_s: the drafter's cost of reading what it has not seen yet, asked only before a probe.
         remaining: tokens the request may still generate.
+        probe: whether plain stretches need probe drafts to see acceptance again; not for a free
+        drafter, whose drafts are scored against the plain tokens at no cost (a shadow draft).
         """
         if not self.adaptive:
             return self.max_draft
@@ -273,7 +283,7 @@ class DraftPolicy:
             f"drafter {self.draft_cost_s * 1e3:.2f} ms/token)"
         )
         self._since_probe += 1
-        if self._since_probe >= self._probe_every and self._probe_pays(catch_up_s, remaining):
+        if probe and self._since_probe >= self._probe_every and self._probe_pays(catch_up_s, remaining):
             # A short probe keeps the acceptance estimate fresh; backing off keeps its price small,
             # and no probe is spent where even a perfect draft would lose (a drafter too dear).
             self._since_probe = 0
@@ -313,10 +323,18 @@ class DraftPolicy:
     def observe(
         self, drafted: int, accepted: int, verify_s: float, host_s: float, width: int | None = None
     ) -> None:
-        """One step: `drafted` real draft tokens (filler excluded), verified in a pass of `width` tokens."""
+        """One step in a pass of `width` tokens: `drafted` is the draft length chosen (a drafter that came
+        up short counts as a miss at the position where it stopped: that is what the step gained);
+        `accepted` counts real draft tokens only, never filler."""
         width = drafted + 1 if width is None else width
         self.observe_acceptance(drafted, accepted)
         self._run = self._run + 1 if width == self.width else 1
+        if (width > 1) == (self.width > 1):
+            self._regime_run += 1
+        else:
+            side = self.width > 1
+            self.expected_run[side] += _RUN_EMA * (self._regime_run - self.expected_run[side])
+            self._regime_run = 1
         self.width = width
         # The first passes after a change of width carry its switch penalty, not the steady cost.
         if self.costs.switch is None or self._run >= 3:
