@@ -232,7 +232,10 @@ def generate(
             else:
                 shadow.check(step_tokens[0], policy)
             host_s = clock() - step_t0 - draft_s - result.verify_s
-            policy.observe(k, min(result.accepted, n_real), result.verify_s, host_s, width=len(draft) + 1)
+            # A draft that came out empty is a miss for the policy; a short one is judged on its tokens.
+            policy.observe(
+                n_real or k, min(result.accepted, n_real), result.verify_s, host_s, width=len(draft) + 1
+            )
             stats.draft_s += draft_s
             stats.host_s += host_s
         else:
