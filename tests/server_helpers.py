@@ -15,23 +15,30 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SECRETS = ("FORESIGHT_API_KEY", "FORESIGHT_ADMIN_TOKEN")  # a test passes its own, never the caller's
 
 
 class EngineServer:
-    """A started `serve` process; stderr is kept (bounded) for failure messages."""
+    """A started `serve` process; stderr is kept (bounded) for failure messages; `stdin` is written first."""
 
-    def __init__(self, args: list[str], env: Mapping[str, str] | None = None) -> None:
-        full_env = {k: v for k, v in os.environ.items() if k != "FORESIGHT_API_KEY"}
+    def __init__(
+        self, args: list[str], env: Mapping[str, str] | None = None, stdin: str | None = None
+    ) -> None:
+        full_env = {k: v for k, v in os.environ.items() if k not in SECRETS}
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app", "serve", *args],
             cwd=ROOT,
             env=full_env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
+        if stdin is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(stdin)
+            self.proc.stdin.close()
         self.port: int | None = None
         self.stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._stdout: queue.Queue[str | None] = queue.Queue()
@@ -91,12 +98,12 @@ class EngineServer:
 
 @contextmanager
 def engine_server(
-    args: list[str], env: Mapping[str, str] | None = None, wait: bool = True
+    args: list[str], env: Mapping[str, str] | None = None, wait: bool = True, stdin: str | None = None
 ) -> Iterator[EngineServer]:
     """A server on an OS-chosen port (unless args say otherwise), always stopped on exit."""
     if "--port" not in args:
         args = [*args, "--port", "0"]
-    server = EngineServer(args, env)
+    server = EngineServer(args, env, stdin)
     try:
         if wait:
             server.wait_ready()

@@ -151,6 +151,7 @@ def test_props_and_health(server: EngineServer) -> None:
     assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
     props = httpx.get(f"{server.url}/props").json()
     assert props["chat_template"] == "fallback:gemma"
+    assert props["capabilities"] == {"tools": False, "tool_call_format": None, "fill_in_the_middle": False}
     assert props["draft"]["source"] == "ngram"
     assert props["server"]["port"] == server.port
 
@@ -158,6 +159,9 @@ def test_props_and_health(server: EngineServer) -> None:
 # --- bad input: the right status, and the server keeps serving ---------------------------------------
 CHAT = "/v1/chat/completions"
 USER = [{"role": "user", "content": "hi"}]
+INVALID = "invalid_request_error"
+TOOL_F = {"type": "function", "function": {"name": "f"}}
+CHOOSE_F = {"type": "function", "function": {"name": "f"}}
 
 
 @pytest.mark.parametrize(
@@ -168,6 +172,8 @@ USER = [{"role": "user", "content": "hi"}]
         (CHAT, json.dumps({"messages": USER, "max_tokens": -5}).encode(), 400, "invalid_request_error"),
         (CHAT, json.dumps({"messages": [], "max_tokens": 4}).encode(), 400, "invalid_request_error"),
         (CHAT, json.dumps({"messages": USER, "n": 2}).encode(), 400, "invalid_request_error"),
+        (CHAT, json.dumps({"messages": USER, "tools": [{"type": "function"}]}).encode(), 400, INVALID),
+        (CHAT, json.dumps({"messages": USER, "tool_choice": CHOOSE_F}).encode(), 400, INVALID),
         ("/v1/completions", json.dumps({"prompt": "word " * 3000}).encode(), 400, "context_length_exceeded"),
         ("/v1/completions", b'{"prompt": "' + b"x" * (3 << 20) + b'"}', 413, "request_too_large"),
         ("/v1/nothing-here", b"{}", 404, "not_found"),
@@ -178,6 +184,8 @@ USER = [{"role": "user", "content": "hi"}]
         "negative-max-tokens",
         "empty-messages",
         "n-2",
+        "tool-without-function",
+        "tool-choice-without-tools",
         "over-context",
         "3mb-body",
         "unknown-route",
@@ -191,6 +199,26 @@ def test_bad_input_is_refused_and_the_server_keeps_serving(
     assert response.status_code == status, response.text
     assert error_code(response) == code
     assert complete(server, max_tokens=1).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/v1/completions", {"prompt": "def f(", "suffix": "\n"}, "does not support fill-in-the-middle"),
+        (CHAT, {"messages": USER, "tools": [TOOL_F]}, "cannot take tools"),
+    ],
+    ids=["suffix", "tools"],
+)
+def test_what_the_model_cannot_do_is_refused(
+    server: EngineServer, path: str, body: dict[str, Any], message: str
+) -> None:
+    response = httpx.post(f"{server.url}{path}", json={**body, "max_tokens": 2}, timeout=60)
+    assert response.status_code == 400, response.text
+    assert error_code(response) == "invalid_request_error"
+    assert message in response.json()["error"]["message"]
+    # an empty suffix (nothing after the gap) and tool_choice "none" leave plain requests
+    fine = {**body, "max_tokens": 2, "suffix": "", "tool_choice": "none"}
+    assert httpx.post(f"{server.url}{path}", json=fine, timeout=60).status_code == 200
 
 
 def test_a_foreign_host_header_is_refused(server: EngineServer) -> None:
@@ -319,22 +347,154 @@ def test_kill_9_gives_waiting_clients_a_connection_error(gemma_path: Path) -> No
             assert time.monotonic() - t0 < 10
 
 
-# --- a model with its own chat template -------------------------------------------------------------
-def test_qwen_chat_uses_its_own_template(qwen_path: Path) -> None:
-    with engine_server(["--target", str(qwen_path), "--no-draft", "--n-ctx", "512", "--n-threads", "2"]) as s:
-        props = httpx.get(f"{s.url}/props").json()
-        assert props["chat_template"] == "gguf"
-        client = OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0, timeout=120)
-        out = client.chat.completions.create(
-            model="any",
-            messages=[
-                {"role": "system", "content": "Reply with just the number."},
-                {"role": "user", "content": "What is 2+2?"},
-            ],
-            max_tokens=8,
-            temperature=0,
-        )
-        assert "4" in out.choices[0].message.content
-        assert out.usage is not None
-        assert out.usage.prompt_tokens > 10  # the template's system and turn markers
-        assert out.usage.model_extra["speculative"]["draft_source"] == "none"
+# --- a model with its own chat template: Qwen2.5-Coder-1.5B-Instruct, one server for these tests -----
+@pytest.fixture(scope="module")
+def qwen(qwen_path: Path) -> Iterator[EngineServer]:
+    args = ["--target", str(qwen_path), "--no-draft", "--n-ctx", "1024", "--n-threads", "2"]
+    with engine_server(args) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def qwen_client(qwen: EngineServer) -> OpenAI:
+    return OpenAI(base_url=f"{qwen.url}/v1", api_key="x", max_retries=0, timeout=300)
+
+
+def test_qwen_chat_uses_its_own_template(qwen: EngineServer, qwen_client: OpenAI) -> None:
+    props = httpx.get(f"{qwen.url}/props").json()
+    assert props["chat_template"] == "gguf"
+    assert props["capabilities"] == {"tools": True, "tool_call_format": "hermes", "fill_in_the_middle": True}
+    out = qwen_client.chat.completions.create(
+        model="any",
+        messages=[
+            {"role": "system", "content": "Reply with just the number."},
+            {"role": "user", "content": "What is 2+2?"},
+        ],
+        max_tokens=8,
+        temperature=0,
+    )
+    assert "4" in out.choices[0].message.content
+    assert out.usage is not None
+    assert out.usage.prompt_tokens > 10  # the template's system and turn markers
+    assert out.usage.model_extra["speculative"]["draft_source"] == "none"
+
+
+def test_a_second_chat_turn_reuses_the_first_turns_kv(qwen_client: OpenAI) -> None:
+    turn = [{"role": "user", "content": "Name a prime number."}]
+    first = qwen_client.chat.completions.create(model="any", messages=turn, max_tokens=4, temperature=0)
+    reply = {"role": "assistant", "content": first.choices[0].message.content}
+    turn += [reply, {"role": "user", "content": "And another one?"}]
+    second = qwen_client.chat.completions.create(model="any", messages=turn, max_tokens=2, temperature=0)
+    assert first.usage is not None
+    assert second.usage is not None
+    assert second.usage.prompt_tokens_details is not None
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # the whole first prompt (and what was generated after it) was still in the KV cache
+    assert first.usage.prompt_tokens <= cached < second.usage.prompt_tokens
+    assert second.usage.model_extra["speculative"]["reused_tokens"] == cached
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "the city name"}},
+            "required": ["city"],
+        },
+    },
+}
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER_RESULT = json.dumps({"city": "Paris", "temperature_c": 17, "sky": "light rain"})
+
+
+def with_tool_result(call_id: str, name: str, arguments: str) -> list[dict[str, Any]]:
+    """The question, the assistant's call as OpenAI clients send it back, and the tool's answer."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [
+        *WEATHER_QUESTION,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": WEATHER_RESULT},
+    ]
+
+
+def mentions_the_result(answer: str) -> bool:
+    return "17" in answer or "rain" in answer.lower()
+
+
+def test_a_tool_call_round_trip(qwen_client: OpenAI) -> None:
+    asked = qwen_client.chat.completions.create(
+        model="any", messages=WEATHER_QUESTION, tools=[WEATHER_TOOL], max_tokens=40, temperature=0
+    )
+    choice = asked.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None  # no markup leaks into the text
+    [call] = choice.message.tool_calls
+    assert call.type == "function"
+    assert call.id.startswith("call_")
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+
+    # tool_choice "none": answer from the result (this 1.5B model would otherwise call again)
+    answered = qwen_client.chat.completions.create(
+        model="any",
+        messages=with_tool_result(call.id, call.function.name, call.function.arguments),
+        tools=[WEATHER_TOOL],
+        tool_choice="none",
+        max_tokens=12,
+        temperature=0,
+    )
+    assert answered.choices[0].message.tool_calls is None
+    assert mentions_the_result(answered.choices[0].message.content), answered.choices[0].message.content
+
+
+def test_a_tool_call_round_trip_streamed(qwen_client: OpenAI) -> None:
+    stream = qwen_client.chat.completions.create(
+        model="any",
+        messages=WEATHER_QUESTION,
+        tools=[WEATHER_TOOL],
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+    )
+    chunks = [c for c in stream if c.choices]
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert content == ""  # nothing of the call's markup was streamed as text
+    deltas = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    calls: dict[int, dict[str, str]] = {}
+    for d in deltas:  # assembled as OpenAI clients do: by index, arguments concatenated
+        call = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+        call["id"] = d.id or call["id"]
+        call["name"] += d.function.name or ""
+        call["arguments"] += d.function.arguments or ""
+    assert list(calls) == [0]
+    assert calls[0]["id"].startswith("call_")
+    assert calls[0]["name"] == "get_weather"
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == ["tool_calls"]
+
+    stream = qwen_client.chat.completions.create(
+        model="any",
+        messages=with_tool_result(calls[0]["id"], calls[0]["name"], calls[0]["arguments"]),
+        tools=[WEATHER_TOOL],
+        tool_choice="none",
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+    )
+    answer = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert mentions_the_result(answer), answer
+
+
+def test_fill_in_the_middle_with_a_suffix(qwen_client: OpenAI) -> None:
+    out = qwen_client.completions.create(
+        model="any",
+        prompt="def add(a, b):\n    return ",
+        suffix="\n\n\nprint(add(2, 3))\n",
+        max_tokens=8,
+        temperature=0,
+    )
+    assert out.choices[0].text.strip() == "a + b"
+    assert out.choices[0].finish_reason == "stop"

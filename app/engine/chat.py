@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.engine.errors import InvalidRequest
+from app.engine.tools import template_format
 
 Message = Mapping[str, Any]
 
@@ -18,10 +20,25 @@ def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # As Hugging Face renders templates (the text models were trained on): keys in the order given and
+    # no HTML escaping, where Jinja's own filter sorts keys and writes < as \u003c.
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    env.filters["tojson"] = _tojson
     return env
 
 
@@ -40,12 +57,39 @@ def message_text(content: Any) -> str:
     raise InvalidRequest(f"message content must be a string or a list of parts, not {type(content).__name__}")
 
 
+def _template_message(message: Message) -> dict[str, Any]:
+    """A message as chat templates expect it: text content, and tool-call arguments as an object.
+
+    OpenAI sends arguments as a JSON string; templates (Qwen2.5's `arguments | tojson`) were written
+    for the object, and would otherwise show the model a quoted string it never wrote.
+    """
+    out = dict(message, content=message_text(message.get("content")))
+    calls = message.get("tool_calls")
+    if isinstance(calls, Sequence):
+        out["tool_calls"] = [_call_with_object_arguments(call) for call in calls]
+    return out
+
+
+def _call_with_object_arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except ValueError:
+        return call
+    if not isinstance(arguments, dict):
+        return call
+    return dict(call, function=dict(function, arguments=arguments))
+
+
 class ChatFormat:
     """Renders messages to prompt text; `source` says which format is used (reported in /props)."""
 
     def __init__(self, template: str | None, architecture: str) -> None:
         self.architecture = architecture
         self.stop: list[str] = []
+        self.tool_format = template_format(template)  # None: requests with tools are refused
         self._template: jinja2.Template | None = None
         if template:
             try:
@@ -70,8 +114,13 @@ class ChatFormat:
         for i, m in enumerate(messages):
             if not isinstance(m, Mapping) or "role" not in m:
                 raise InvalidRequest(f"messages[{i}] needs a role")
+        if tools and self.tool_format is None:
+            raise InvalidRequest(
+                f"this model's chat format ({self.source}) cannot take tools: it needs a chat template "
+                "that renders them in the <tool_call> format (Qwen2.5, Hermes)"
+            )
         if self._template is not None:
-            normalised = [dict(m, content=message_text(m.get("content"))) for m in messages]
+            normalised = [_template_message(m) for m in messages]
             try:
                 return self._template.render(
                     messages=normalised,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,14 @@ class Engine:
         target: str | Path,
         draft: str | Path | None = None,
         settings: Settings | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
+        """`progress` hears each stage by name (loading target, loading drafter, calibrating); it may raise
+        to abandon the load, and what was loaded is closed."""
         self.settings = settings or Settings()
         es, ds = self.settings.engine, self.settings.draft
+        report = progress or (lambda stage: None)
+        report("loading target")
         self.target = LlamaBackend(
             target,
             n_ctx=es.n_ctx,
@@ -72,12 +77,18 @@ class Engine:
             if mode == "model":
                 if not draft:
                     raise DrafterUnusable("draft mode 'model' needs a drafter model file")
+                report("loading drafter")
                 self.drafter = self._load_drafter(Path(draft))
             elif mode == "ngram":
                 self.drafter = NgramDrafter(ds.ngram_min, max(ds.ngram_min, ds.ngram_max))
             if self.drafter is not None:
+                report("calibrating")
                 self.costs = measure_verify_costs(
-                    self.target, ds.max_draft + 1, paths.cache_dir() / "verify-costs.json", self._cost_key()
+                    self.target,
+                    ds.max_draft + 1,
+                    paths.cache_dir() / "verify-costs.json",
+                    self._cost_key(),
+                    shape_sensitive=self.target.facts.device == "gpu",
                 )
                 self.policy = DraftPolicy(
                     self.costs, ds.max_draft, self.drafter.cost_per_token_s, ds.adaptive
@@ -124,14 +135,37 @@ class Engine:
         """Raw text to complete as is, without the chat template."""
         return Prompt(self.tokenize_text(text), text, None)
 
+    def render_fim(self, prefix: str, suffix: str) -> Prompt:
+        """Fill-in-the-middle: the text before and after the gap, framed by the model's FIM tokens.
+
+        A model without FIM tokens refuses a suffix; an empty one leaves a plain completion of the prefix.
+        """
+        fim = self.target.fim_tokens()
+        if fim is None:
+            if suffix:
+                raise InvalidRequest("model does not support fill-in-the-middle (suffix)")
+            return self.render_text(prefix)
+        pre, suf, mid = fim
+        t = self.target
+        before, after = (t.tokenize(s.encode("utf-8"), False, False) for s in (prefix, suffix))
+        tokens = [pre, *before, suf, *after, mid]
+        if t.vocab.add_bos:
+            tokens.insert(0, t.vocab.bos)
+        text = f"{t.token_text(pre)}{prefix}{t.token_text(suf)}{suffix}{t.token_text(mid)}"
+        return Prompt(tokens, text, None)
+
     def render_chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        prefill: str = "",
     ) -> Prompt:
-        text = self.chat.render(messages, tools)
+        """The chat template's prompt; `prefill` is assistant text the reply is made to begin with."""
+        text = self.chat.render(messages, tools) + prefill
         tokens = self.target.tokenize(text.encode("utf-8"), True, True)
         draft_prompt = None
         if self.draft_chat is not None:
-            draft_prompt = self.draft_chat.render(messages).encode("utf-8")
+            draft_prompt = (self.draft_chat.render(messages) + prefill).encode("utf-8")
         return Prompt(tokens, text, draft_prompt)
 
     # --- generation -----------------------------------------------------------------------------------
@@ -171,6 +205,11 @@ class Engine:
                 "threads": t.n_threads,
             },
             "chat_template": self.chat.source,
+            "capabilities": {
+                "tools": self.chat.tool_format is not None,
+                "tool_call_format": self.chat.tool_format,
+                "fill_in_the_middle": t.fim_tokens() is not None,
+            },
             "draft": {"source": self.drafter.source if self.drafter else "none"},
         }
         if self.draft_model is not None:
@@ -197,6 +236,7 @@ class Engine:
                 "adaptive": self.policy.adaptive,
                 "verify_cost_ms": [round(s * 1e3, 3) for s in self.costs.seconds],
                 "verify_cost_relative": self.costs.relative(),
+                "switch_penalty_ms": [round(s * 1e3, 3) for s in self.costs.switch or []],
                 "acceptance_estimate": [round(a, 3) for a in self.policy.acceptance()],
                 "best_draft_length": k,
                 "expected_speedup": round(gain, 3),

@@ -7,12 +7,24 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_serializer,
+)
+from pydantic_core import PydanticCustomError
 
 from app.config import SamplingSettings
 from app.engine.errors import EngineError, InvalidRequest
 from app.engine.sampling import SamplingParams
 from app.engine.stats import SpecStats
+from app.engine.tools import ToolCall
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 
@@ -83,11 +95,45 @@ class StreamOptions(_Request):
     include_usage: bool = False
 
 
+class FunctionCall(_Request):
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any]  # OpenAI sends a JSON string; an object is taken too
+
+
+class ToolCallRequest(_Request):
+    """A call the assistant made, in the history a client sends back."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")  # tool_calls, name, ... reach the chat template as sent
+    model_config = ConfigDict(extra="allow")  # name, ... reach the chat template as sent
 
     role: str
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallRequest] | None = None  # an assistant message's calls
+    tool_call_id: str | None = None  # a role "tool" message: the call it answers
+
+
+class FunctionDefinition(_Request):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON Schema object
+    strict: bool | None = None
+
+
+class Tool(_Request):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+def _is_named_choice(choice: Any) -> bool:
+    if not isinstance(choice, dict) or choice.get("type") != "function":
+        return False
+    function = choice.get("function")
+    return isinstance(function, dict) and isinstance(function.get("name"), str)
 
 
 class SamplingRequest(_Request):
@@ -132,18 +178,63 @@ class SamplingRequest(_Request):
 
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[Tool] | None = None
+    # "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}
+    tool_choice: Any = "auto"
+
+    @field_validator("tools")
+    @classmethod
+    def _names_once(cls, tools: list[Tool] | None) -> list[Tool] | None:
+        names = [t.function.name for t in tools or []]
+        if len(set(names)) < len(names):
+            raise PydanticCustomError("tools", "each function name may appear once")
+        return tools
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_of_the_tools(cls, choice: Any, info: ValidationInfo) -> str | dict[str, Any]:
+        if choice is None or choice in ("none", "auto"):
+            return choice or "auto"
+        if choice != "required" and not _is_named_choice(choice):
+            raise PydanticCustomError(
+                "tool_choice",
+                'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+            )
+        names = [t.function.name for t in info.data.get("tools") or []]
+        if not names:
+            raise PydanticCustomError("tool_choice", "a call is required but no tools are given")
+        if choice == "required":
+            return "required"
+        name = choice["function"]["name"]
+        if name not in names:
+            raise PydanticCustomError(
+                "tool_choice", "function '{name}' is not among the tools", {"name": name}
+            )
+        return {"type": "function", "function": {"name": name}}
+
+    @property
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """The tools the chat template shows the model; none for tool_choice "none"."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
 
 
 class CompletionRequest(SamplingRequest):
     prompt: str
+    suffix: str | None = None  # the text after the gap: fill in the middle (FIM models only)
 
 
 # --- responses --------------------------------------------------------------------------------------
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int  # prompt tokens whose KV was kept from the previous request
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
     speculative: dict[str, Any]  # extension: SpecStats.as_dict()
 
     @classmethod
@@ -152,13 +243,46 @@ class Usage(BaseModel):
             prompt_tokens=stats.prompt_tokens,
             completion_tokens=stats.emitted,
             total_tokens=stats.prompt_tokens + stats.emitted,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=stats.reused_tokens),
             speculative=stats.as_dict(),
         )
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+    @classmethod
+    def of(cls, call: ToolCall) -> ToolCallOut:
+        return cls(id=call.id, function=FunctionCallOut(name=call.name, arguments=call.arguments))
+
+
+class ToolCallDelta(ToolCallOut):
+    index: int
+
+    @classmethod
+    def of(cls, call: ToolCall) -> ToolCallDelta:
+        function = FunctionCallOut(name=call.name, arguments=call.arguments)
+        return cls(index=call.index, id=call.id, function=function)
+
+
 class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_calls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        if out.get("tool_calls") is None:
+            out.pop("tool_calls", None)  # as OpenAI: the key only when the model called a tool
+        return out
 
 
 class ChatChoice(BaseModel):
@@ -183,6 +307,7 @@ class ChatCompletion(_Response):
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None  # each call whole, once its block has closed
 
 
 class ChatChunkChoice(BaseModel):

@@ -1,98 +1,102 @@
-"""`python -m app serve`: bind, load the models while uvicorn answers, print `READY port=<n>` when up."""
+"""`python -m app serve`: the private listener answers while the models load, READY, and a clean SIGTERM."""
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
+import asyncio
 import logging
 import os
-import socket
-import threading
-import time
-
-import uvicorn
+import signal
+import sys
+from collections.abc import Callable
 
 from app.config import ConfigError, Settings
-from app.engine.engine import Engine
+from app.engine.admin import Admin, Listener, bind, engine_loader, mount
+from app.engine.hosts import is_loopback
 from app.engine.server import create_app
 from app.engine.worker import Worker
 
 log = logging.getLogger("foresight.serve")
-API_KEY_ENV = "FORESIGHT_API_KEY"  # secrets come from the environment, never from argv
+# Secrets come from the environment or stdin, never from argv (other local users can read command lines).
+API_KEY_ENV = "FORESIGHT_API_KEY"
+ADMIN_TOKEN_ENV = "FORESIGHT_ADMIN_TOKEN"
+STOP_TIMEOUT_S = 5.0  # the engine thread ends a cancelled generation within one step
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def admin_token(from_stdin: bool) -> str | None:
+    """The GUI's per-launch token: one line on stdin with --token-stdin, else FORESIGHT_ADMIN_TOKEN."""
+    token = os.environ.pop(ADMIN_TOKEN_ENV, "")  # not inherited by any child process
+    if from_stdin:
+        token = sys.stdin.readline().strip()
+        if not token:
+            raise ConfigError("--token-stdin: the first line on stdin is empty")
+    return token or None
 
 
-def bind(host: str, port: int) -> socket.socket:
-    name = "127.0.0.1" if host.lower() == "localhost" else host.strip("[]")  # clients try IPv4 first
-    family, kind, proto, _, address = socket.getaddrinfo(
-        name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock.set_inheritable(True)
-    return sock
+def _on_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop)
+        except NotImplementedError:  # Windows: no loop signal handlers
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop))
 
 
-def _announce(server: uvicorn.Server, worker: Worker, port: int) -> None:
-    """Print READY once the model is loaded and uvicorn is accepting; stop the server if loading failed."""
-    worker.loaded.wait()
-    if worker.load_error is not None:
-        server.should_exit = True
-        return
-    while not server.started:
-        if server.should_exit:
-            return
-        time.sleep(0.01)
-    log.info("ready on port %d", port)
-    print(f"READY port={port}", flush=True)
+async def _run(private: Listener, admin: Admin, worker: Worker) -> bool:
+    """Serve until SIGTERM/SIGINT (or a failed first load); False if the first load failed."""
+    stop = asyncio.Event()
+    _on_signals(asyncio.get_running_loop(), stop.set)
+    await private.start()
+    assert private.task is not None
+    private.task.add_done_callback(lambda _: stop.set())
+    while not worker.loaded.is_set() and not stop.is_set():
+        await asyncio.sleep(0.02)
+    loaded_well = worker.load_error is None
+    if not loaded_well:
+        stop.set()
+    elif not stop.is_set():
+        log.info("ready on port %d", private.port)
+        print(f"READY port={private.port}", flush=True)
+    await stop.wait()
+    log.info("stopping")
+    listeners = [listener for listener in (admin.public, private) if listener is not None]
+    for listener in listeners:  # all at once: no listener takes new work while another drains
+        listener.refuse_new()
+    await asyncio.gather(*(listener.close() for listener in listeners))
+    return loaded_well
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     api_key = os.environ.get(API_KEY_ENV) or None
+    token = admin_token(getattr(args, "token_stdin", False))
     host = settings.server.host
     if not is_loopback(host) and not api_key:
         raise ConfigError(
             f"refusing to listen on {host} (not loopback) without an API key: set {API_KEY_ENV}"
         )
-
-    def load() -> Engine:
-        from app.catalog.packaged import resolve_model
-
-        draft = resolve_model(args.draft) if getattr(args, "draft", None) else None
-        return Engine(resolve_model(args.target), draft, settings)
+    if token and not is_loopback(host):
+        raise ConfigError(f"the admin routes are served on loopback only, not on {host}")
 
     sock = bind(host, settings.server.port)
-    port = sock.getsockname()[1]
-    worker = Worker(load, settings.server.queue_size)
-    app = create_app(worker, settings, api_key, port)
-    config = uvicorn.Config(
-        app,
-        log_config=None,  # our handlers (stderr + rotating file) from setup_logging
-        access_log=False,
-        timeout_graceful_shutdown=3,
-        lifespan="off",
-    )
-    server = uvicorn.Server(config)
+    loader = engine_loader(settings, args.target, getattr(args, "draft", None))
+    worker = Worker(loader, settings.server.queue_size)
+    app = create_app(worker, settings, api_key, sock.getsockname()[1], admin_token=token)
+    admin = Admin(worker, settings)
+    mount(app, admin)
+    private = Listener(app, sock, host)
     worker.start()
-    threading.Thread(target=_announce, args=(server, worker, port), name="announce", daemon=True).start()
     try:
-        server.run(sockets=[sock])
+        with asyncio.Runner(loop_factory=private.server.config.get_loop_factory()) as runner:
+            loaded_well = runner.run(_run(private, admin, worker))
     finally:
-        worker.stop()
+        stopped = worker.stop(STOP_TIMEOUT_S)
         sock.close()
-    if worker.load_error is not None:
+    if not stopped:
+        # The engine thread is inside a model load, which cannot be interrupted; letting the interpreter
+        # shut down around it crashed (SIGSEGV). The OS frees the model's memory.
+        log.warning("a model is still loading; exiting without waiting for it")
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
+    if not loaded_well and worker.load_error is not None:
         raise worker.load_error
     return 0

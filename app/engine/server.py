@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.config import Settings
 from app.engine.errors import EngineError
 from app.engine.generation import Chunk
+from app.engine.hosts import allowed_hosts, host_name, is_loopback, machine_names
 from app.engine.protocol import (
     MAX_BODY_BYTES,
     APIError,
@@ -38,6 +40,8 @@ from app.engine.protocol import (
     ModelList,
     ResponseMessage,
     SamplingRequest,
+    ToolCallDelta,
+    ToolCallOut,
     Usage,
     error_event,
     from_engine_error,
@@ -46,11 +50,11 @@ from app.engine.protocol import (
     sse,
 )
 from app.engine.stats import SpecStats
+from app.engine.tools import ToolCallParser, finish_reason, forced_prefill
 from app.engine.worker import END, Job, NotReady, QueueFull, ShuttingDown, Worker
 
 log = logging.getLogger("foresight.server")
 
-LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 DRAIN_LIMIT = 16 * MAX_BODY_BYTES  # read (and drop) this much of an oversized body so the client sees 413
 router = APIRouter()
 
@@ -62,8 +66,12 @@ class AppState:
     worker: Worker
     settings: Settings
     api_key: str | None
-    allowed_hosts: frozenset[str] | None  # None: any Host header (a key guards a LAN listener)
+    allowed_hosts: frozenset[str]  # Host header names (without port) this listener answers to
     port: int | None = None  # the bound port (settings may say 0)
+    admin_token: str | None = None  # the GUI's per-launch token: /admin routes, and a key for every route
+    public: bool = False  # the public listener: no /admin, no /props
+    closing: bool = False  # new requests get 503 while the listener shuts down
+    jobs: weakref.WeakSet[Job] = field(default_factory=weakref.WeakSet)  # cancelled when it closes
     started: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -72,16 +80,21 @@ def _state(request: Request) -> AppState:
 
 
 # --- guards -----------------------------------------------------------------------------------------
-def host_name(host: str) -> str:
-    """The Host header without its port: 'localhost:8080' -> 'localhost', '[::1]:80' -> '[::1]'."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1]
-    return host.rsplit(":", 1)[0]
+ADMIN_DISABLED = "admin routes are disabled: start the engine with FORESIGHT_ADMIN_TOKEN set or --token-stdin"
+PRIVATE_ONLY = ("/admin", "/props")  # absent on the public listener (/props shows local paths)
+
+
+def bearer_matches(authorization: str, keys: tuple[str, ...]) -> bool:
+    """`Authorization: Bearer <key>` against each key, in constant time."""
+    scheme, _, given = authorization.partition(" ")
+    match = False
+    for key in keys:
+        match |= hmac.compare_digest(given.strip().encode(), key.encode())
+    return scheme.lower() == "bearer" and match
 
 
 class Guard:
-    """Host allowlist (DNS rebinding) and the bearer key, before any route runs; /health stays open."""
+    """Host allowlist (DNS rebinding) and the bearer keys, before any route runs; /health stays open."""
 
     def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app = app
@@ -97,20 +110,27 @@ class Guard:
         await self.app(scope, receive, send)
 
     def _check(self, scope: Scope) -> APIError | None:
+        state, path = self.state, scope["path"]
+        if state.closing:
+            return APIError(503, "this listener is shutting down", "server_shutting_down")
         headers = Headers(scope=scope)
-        allowed = self.state.allowed_hosts
-        if allowed is not None and host_name(headers.get("host", "")) not in allowed:
+        if host_name(headers.get("host", "")) not in state.allowed_hosts:
             return APIError(400, "this Host is not served (DNS rebinding protection)", "invalid_host")
-        key = self.state.api_key
-        if key and scope["path"] != "/health":
-            scheme, _, given = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
-                return APIError(
-                    401,
-                    "missing or wrong API key (Authorization: Bearer <key>)",
-                    "unauthorized",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+        if state.public and path.startswith(PRIVATE_ONLY):
+            return APIError(404, "Not Found", "not_found")
+        if path == "/admin" or path.startswith("/admin/"):
+            if state.admin_token is None:
+                return APIError(404, ADMIN_DISABLED, "not_found")
+            keys: tuple[str, ...] = (state.admin_token,)
+        else:
+            keys = tuple(k for k in (state.api_key, state.admin_token) if k)
+        if keys and path != "/health" and not bearer_matches(headers.get("authorization", ""), keys):
+            return APIError(
+                401,
+                "missing or wrong API key (Authorization: Bearer <key>)",
+                "unauthorized",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         return None
 
 
@@ -162,6 +182,7 @@ async def next_result(job: Job) -> Any:
 
 async def start(state: AppState, job: Job) -> Any:
     """Queue the job and wait for its first result, so that request errors get their HTTP status."""
+    state.jobs.add(job)
     try:
         state.worker.submit(job)
     except NotReady:
@@ -177,6 +198,10 @@ async def start(state: AppState, job: Job) -> Any:
         raise
     if isinstance(first, ShuttingDown):
         raise APIError(503, str(first), "server_shutting_down")
+    if isinstance(first, NotReady):  # a model load or unload began while the job waited
+        raise APIError(503, f"the model is not ready ({first})", "model_not_loaded")
+    if first is END:  # cancelled before it ran: its listener is closing (or its client left)
+        raise APIError(503, "the request was cancelled before it ran", "server_shutting_down")
     if isinstance(first, BaseException):
         raise first
     return first
@@ -216,6 +241,18 @@ async def collect(request: Request, job: Job, first: Any) -> tuple[str, str | No
     return "".join(text), finish, stats
 
 
+def assistant_message(
+    text: str, finish: str | None, parser: ToolCallParser | None
+) -> tuple[ResponseMessage, str | None]:
+    """A whole reply as OpenAI's message (tool calls parsed out when tools were offered), and its finish."""
+    if parser is None:
+        return ResponseMessage(content=text), finish
+    parsed = parser.feed(text) + parser.finish()
+    calls = [ToolCallOut.of(call) for call in parsed.calls] or None
+    content = parsed.content if parsed.content or calls is None else None
+    return ResponseMessage(content=content, tool_calls=calls), finish_reason(finish, parser.n_calls)
+
+
 def model_id(state: AppState) -> str:
     props = state.worker.props or {}
     return Path(props.get("target", {}).get("path", "model")).stem
@@ -240,12 +277,15 @@ async def chat_completions(request: Request) -> Response:
     state = _state(request)
     body = parse_body(ChatCompletionRequest, await read_body(request))
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    job = make_job(state, body, messages=messages, tools=body.tools)
+    tools = body.template_tools
+    prefill = forced_prefill(body.tool_choice) if tools else ""
+    job = make_job(state, body, messages=messages, tools=tools, prefill=prefill)
     first = await start(state, job)
     rid, model = new_id("chatcmpl"), model_id(state)
+    parser = ToolCallParser([t["function"]["name"] for t in tools], prefill) if tools else None
     if not body.stream:
         text, finish, stats = await collect(request, job, first)
-        message = ResponseMessage(content=text)
+        message, finish = assistant_message(text, finish, parser)
         choice = ChatChoice(message=message, finish_reason=finish)
         completion = ChatCompletion(id=rid, model=model, choices=[choice], usage=Usage.from_stats(stats))
         return JSONResponse(completion.model_dump())
@@ -260,11 +300,21 @@ async def chat_completions(request: Request) -> Response:
         stats = None
         try:
             async for piece in chunks(job, first):
-                if piece.text or piece.tokens:
-                    choice = ChatChunkChoice(delta=Delta(content=piece.text))
+                content, calls = piece.text, []
+                if parser is not None:  # markup is held back until a call is whole
+                    parsed = parser.feed(piece.text)
+                    if piece.finish_reason is not None:
+                        parsed += parser.finish()
+                    content, calls = parsed.content, parsed.calls
+                if content or piece.text or piece.tokens:
+                    choice = ChatChunkChoice(delta=Delta(content=content))
                     yield chunk([choice], speculative_tokens=piece.from_draft)
+                if calls:
+                    delta = Delta(tool_calls=[ToolCallDelta.of(call) for call in calls])
+                    yield chunk([ChatChunkChoice(delta=delta)])
                 if piece.finish_reason is not None:
-                    yield chunk([ChatChunkChoice(delta=Delta(), finish_reason=piece.finish_reason)])
+                    finish = finish_reason(piece.finish_reason, parser.n_calls if parser else 0)
+                    yield chunk([ChatChunkChoice(delta=Delta(), finish_reason=finish)])
                     stats = piece.stats
         except Exception as exc:
             yield stream_error(exc)
@@ -279,7 +329,7 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     state = _state(request)
     body = parse_body(CompletionRequest, await read_body(request))
-    job = make_job(state, body, text=body.prompt)
+    job = make_job(state, body, text=body.prompt, suffix=body.suffix)
     first = await start(state, job)
     rid, model = new_id("cmpl"), model_id(state)
     if not body.stream:
@@ -362,14 +412,21 @@ async def metrics(request: Request) -> Response:
 
 # --- the app ----------------------------------------------------------------------------------------
 def create_app(
-    worker: Worker, settings: Settings, api_key: str | None = None, port: int | None = None
+    worker: Worker,
+    settings: Settings,
+    api_key: str | None = None,
+    port: int | None = None,
+    *,
+    host: str | None = None,
+    admin_token: str | None = None,
+    public: bool = False,
 ) -> FastAPI:
+    """One listener's app over the shared worker; `host` is its bind address (default: settings')."""
     server = settings.server
-    bind_name = f"[{server.host}]" if ":" in server.host and not server.host.startswith("[") else server.host
-    allowed: frozenset[str] | None = LOCAL_HOSTS | {host_name(bind_name)}
-    if api_key and server.host in ("0.0.0.0", "::", ""):
-        allowed = None  # a LAN listener answers to any name; the key is the guard
-    state = AppState(worker, settings, api_key, allowed, port)
+    host = server.host if host is None else host
+    lan = machine_names() if api_key and not is_loopback(host) else ()
+    allowed = allowed_hosts(host, bool(api_key), lan)
+    state = AppState(worker, settings, api_key, allowed, port, admin_token=admin_token, public=public)
     app = FastAPI(title="Foresight engine", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.foresight = state
     app.include_router(router)

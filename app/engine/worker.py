@@ -1,7 +1,8 @@
-"""The one thread that owns the Engine: loads it, then runs queued jobs one at a time.
+"""The one thread that owns the Engine: loads it, runs queued jobs one at a time, swaps or drops it.
 
 HTTP handlers never touch the Engine. They put a Job on a bounded queue; the engine thread sends back
-values on the job's own results queue: Chunks, then END, or an exception object instead.
+values on the job's own results queue: Chunks, then END, or an exception object instead. Loading and
+unloading travel the same queue as controls, with their own events queue: Stages, then END.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -30,10 +32,11 @@ class _End:
 
 END: Final = _End()
 Result = Chunk | _End | BaseException
+Loader = Callable[[Callable[[str], None]], Engine]  # builds an Engine, reporting its stages by name
 
 
 class NotReady(Exception):
-    """The model is still loading (or failed to load)."""
+    """No model is loaded: it is loading, unloading, unloaded, or failed to load."""
 
 
 class QueueFull(Exception):
@@ -44,7 +47,11 @@ class ShuttingDown(Exception):
     """The server stopped before this job ran."""
 
 
-@dataclass
+class Busy(Exception):
+    """A model is already being loaded or unloaded."""
+
+
+@dataclass(eq=False)  # identity: listeners keep their jobs in a WeakSet
 class Job:
     """One generation: a chat (messages) or a raw text prompt, and where its results go."""
 
@@ -53,10 +60,28 @@ class Job:
     stop: list[str]
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
+    prefill: str = ""  # assistant text the chat reply begins with (a forced tool call)
     text: str | None = None
+    suffix: str | None = None  # with text: fill in the middle between text and suffix
     speculative: bool = True
     results: queue.Queue[Result] = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A step of a load: unloading, loading target, loading drafter, calibrating, ready (or unloaded)."""
+
+    name: str
+    elapsed_s: float
+
+
+@dataclass
+class _Control:
+    """Load an Engine (loader) or only drop the current one (loader None)."""
+
+    loader: Loader | None
+    events: queue.Queue[Stage | _End | BaseException] = field(default_factory=queue.Queue)
 
 
 @dataclass
@@ -70,6 +95,8 @@ class Metrics:
     drafted: int = 0
     accepted: int = 0
     last_tokens_per_second: float = 0.0
+    kv_tokens: int = 0  # tokens the target's KV cache keeps for prefix reuse
+    kv_cells: int = 0  # positions llama.cpp's cache holds; differs from kv_tokens only if cells leaked
 
     def record(self, stats: SpecStats) -> None:
         self.prompt_tokens += stats.prompt_tokens
@@ -93,6 +120,8 @@ class Metrics:
                 self.last_tokens_per_second,
             ),
             ("queue_depth", "gauge", "requests waiting for the engine", queue_depth),
+            ("kv_tokens", "gauge", "tokens kept in the target's KV cache for prefix reuse", self.kv_tokens),
+            ("kv_cells", "gauge", "positions held in llama.cpp's KV cache (= kv_tokens)", self.kv_cells),
         ]
         lines = []
         for name, kind, text, value in rows:
@@ -102,24 +131,30 @@ class Metrics:
 
 
 class Worker:
-    """Loads the Engine in its own thread and serves jobs from a bounded queue, one at a time."""
+    """Owns the Engine in its own thread and serves jobs from a bounded queue, one at a time.
 
-    def __init__(self, load: Callable[[], Engine], queue_size: int) -> None:
-        self._load = load
-        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+    States: loading -> ready | failed; ready -> loading (another pair) | unloading -> unloaded; stopped.
+    Jobs are accepted only when ready. A load or unload cancels the running job (its stream ends with
+    finish_reason "cancelled") and answers the waiting ones NotReady.
+    """
+
+    def __init__(self, load: Loader, queue_size: int) -> None:
+        self._jobs: queue.Queue[Job | _Control | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._lock = threading.Lock()  # state changes and queue puts happen together
+        self._state = "loading"
+        self._engine: Engine | None = None  # the engine thread's own
         self._current: Job | None = None
         self._stopping = threading.Event()
-        self.loaded = threading.Event()  # set when loading ended, well or not
+        self.loaded = threading.Event()  # set when the first load ended, well or not
         self.load_error: BaseException | None = None
         self.props: dict[str, Any] | None = None  # Engine.props() after load and after every job
         self.metrics = Metrics()
+        self._jobs.put_nowait(_Control(load))
 
     @property
     def state(self) -> str:
-        if not self.loaded.is_set():
-            return "loading"
-        return "failed" if self.load_error is not None else "ready"
+        return self._state
 
     @property
     def queue_depth(self) -> int:
@@ -129,54 +164,127 @@ class Worker:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
-        if self.state != "ready" or self._stopping.is_set():
-            raise NotReady(self.state)
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise QueueFull from None
+        with self._lock:
+            if self._state != "ready" or self._stopping.is_set():
+                raise NotReady(self._state)
+            try:
+                self._jobs.put_nowait(job)
+            except queue.Full:
+                raise QueueFull from None
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Cancel the running job, fail the waiting ones, and let the engine thread close the Engine."""
-        self._stopping.set()
+    def load(self, loader: Loader) -> queue.Queue[Stage | _End | BaseException]:
+        """Replace the loaded Engine (if any) by loader's; its Stages, then END (or an exception), follow."""
+        return self._control(_Control(loader), "loading")
+
+    def unload(self) -> queue.Queue[Stage | _End | BaseException]:
+        """Close the Engine and free its memory; jobs get NotReady until the next load."""
+        return self._control(_Control(None), "unloading")
+
+    def _control(self, control: _Control, state: str) -> queue.Queue[Stage | _End | BaseException]:
+        with self._lock:
+            if self._stopping.is_set():
+                raise ShuttingDown("the server is shutting down")
+            if self._state in ("loading", "unloading"):
+                raise Busy(f"a model is {self._state}; wait for it to finish")
+            self._state = state
+            self._cancel_all(NotReady(state))
+            self._jobs.put_nowait(control)  # room: the queue was just emptied and submit() now refuses
+        return control.events
+
+    def _cancel_all(self, reason: BaseException) -> None:
+        """Cancel the running job and answer every waiting one with `reason` (called with the lock held)."""
         current = self._current
         if current is not None:
             current.cancel.set()
         while True:
             try:
-                job = self._jobs.get_nowait()
+                item = self._jobs.get_nowait()
             except queue.Empty:
-                break
-            if job is not None:
-                job.results.put(ShuttingDown("the server is shutting down"))
-        with contextlib.suppress(queue.Full):  # the engine thread also checks _stopping between jobs
-            self._jobs.put(None, timeout=1.0)
+                return
+            if isinstance(item, Job):
+                item.results.put(reason)
+            elif isinstance(item, _Control):
+                item.events.put(reason)
+                item.events.put(END)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Cancel the running job, fail the waiting ones, let the engine thread close the Engine.
+
+        False if the thread is still busy after `timeout` (a model load cannot be interrupted midway).
+        """
+        with self._lock:
+            self._stopping.set()
+            self._cancel_all(ShuttingDown("the server is shutting down"))
+            with contextlib.suppress(queue.Full):
+                self._jobs.put_nowait(None)
         if self._thread.is_alive():
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # --- the engine thread ----------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            engine = self._load()
+            while not self._stopping.is_set():
+                item = self._jobs.get()
+                if item is None:
+                    break
+                if isinstance(item, _Control):
+                    self._apply(item)
+                elif self._engine is None:
+                    item.results.put(NotReady(self._state))
+                else:
+                    self._current = item
+                    try:
+                        self._serve(self._engine, item)
+                    finally:
+                        self._current = None
+        finally:
+            self._close_engine()
+            self._state = "stopped"
+            self.loaded.set()
+
+    def _close_engine(self) -> None:
+        engine, self._engine = self._engine, None
+        self.props = None
+        self.metrics.kv_tokens = self.metrics.kv_cells = 0
+        if engine is not None:
+            engine.close()
+
+    def _apply(self, control: _Control) -> None:
+        t0 = time.perf_counter()
+
+        def stage(name: str) -> None:
+            if self._stopping.is_set():  # abandon the load at the next stage (Engine closes what it has)
+                raise ShuttingDown("the server is shutting down")
+            log.info("model: %s", name)
+            control.events.put(Stage(name, round(time.perf_counter() - t0, 3)))
+
+        try:
+            if self._engine is not None:
+                stage("unloading")
+                self._close_engine()
+            if control.loader is None:
+                with self._lock:
+                    self._state = "unloaded"
+                stage("unloaded")
+                return
+            engine = control.loader(stage)
             self.props = engine.props()
         except BaseException as exc:
-            log.error("loading the model failed: %s", exc)
-            self.load_error = exc
-            self.loaded.set()
-            return
-        self.loaded.set()
-        try:
-            while not self._stopping.is_set():
-                job = self._jobs.get()
-                if job is None:
-                    break
-                self._current = job
-                try:
-                    self._serve(engine, job)
-                finally:
-                    self._current = None
+            log.log(logging.INFO if isinstance(exc, ShuttingDown) else logging.ERROR, "load: %s", exc)
+            with self._lock:
+                self.load_error = exc
+                self._state = "failed"
+            control.events.put(exc)
+        else:
+            self._engine = engine
+            with self._lock:
+                self.load_error = None
+                self._state = "ready"
+            stage("ready")
         finally:
-            engine.close()
+            self.loaded.set()
+            control.events.put(END)
 
     def _serve(self, engine: Engine, job: Job) -> None:
         if job.cancel.is_set():  # the client left while the job waited
@@ -185,7 +293,9 @@ class Worker:
         self.metrics.requests += 1
         try:
             if job.messages is not None:
-                prompt = engine.render_chat(job.messages, job.tools)
+                prompt = engine.render_chat(job.messages, job.tools, job.prefill)
+            elif job.suffix is not None:
+                prompt = engine.render_fim(job.text or "", job.suffix)
             else:
                 prompt = engine.render_text(job.text or "")
             request = GenerationRequest(
@@ -205,3 +315,5 @@ class Worker:
         else:
             job.results.put(END)
         self.props = engine.props()
+        self.metrics.kv_tokens = len(engine.target.kv_tokens)
+        self.metrics.kv_cells = engine.target.kv_pos_max() + 1

@@ -341,6 +341,16 @@ class LlamaBackend:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab_p, token))
 
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """(prefix, suffix, middle) ids for fill-in-the-middle prompts; None when the vocabulary lacks one."""
+        vt = self._vocab_p
+        pre, suf, mid = (
+            int(llama_cpp.llama_vocab_fim_pre(vt)),
+            int(llama_cpp.llama_vocab_fim_suf(vt)),
+            int(llama_cpp.llama_vocab_fim_mid(vt)),
+        )
+        return (pre, suf, mid) if min(pre, suf, mid) >= 0 else None
+
     # --- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
         if self._argmax_on and self._ctx:

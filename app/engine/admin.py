@@ -1,0 +1,305 @@
+"""The GUI's admin routes on the private listener (public listener on/off, load/unload a pair), and listeners.
+
+Each listener is its own uvicorn server on its own socket, in the one event loop of the engine process,
+over the one shared Worker. Closing one (the public listener, at run time) leaves the others serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import uvicorn
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.config import ConfigError, Settings
+from app.engine.engine import Engine
+from app.engine.errors import EngineError
+from app.engine.hosts import WILDCARD_BINDS, as_host, is_loopback
+from app.engine.protocol import APIError, error_event, from_engine_error, parse_body
+from app.engine.server import AppState, create_app, event_stream, model_id, read_body
+from app.engine.worker import END, Busy, Loader, ShuttingDown, Stage, Worker
+
+log = logging.getLogger("foresight.admin")
+GRACE_S = 3  # a closing listener's open requests get this long before uvicorn cancels them
+
+
+def bind(host: str, port: int) -> socket.socket:
+    name = "127.0.0.1" if host.lower() == "localhost" else host.strip("[]")  # clients try IPv4 first
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def engine_loader(
+    settings: Settings, target: str | Path, draft: str | Path | None, mode: str | None = None
+) -> Loader:
+    """What the worker calls to build an Engine: packaged keys resolved, `mode` overriding settings.draft."""
+    if mode is not None:
+        settings = settings.model_copy(update={"draft": settings.draft.model_copy(update={"mode": mode})})
+
+    def load(progress: Any) -> Engine:
+        from app.catalog.packaged import resolve_model
+
+        draft_path = resolve_model(draft) if draft else None
+        return Engine(resolve_model(target), draft_path, settings, progress)
+
+    return load
+
+
+# --- listeners --------------------------------------------------------------------------------------
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to serve.py, which stops every listener together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Listener:
+    """One FastAPI app served by its own uvicorn server on its own socket, as a task of the running loop."""
+
+    def __init__(self, app: FastAPI, sock: socket.socket, host: str) -> None:
+        self.app = app
+        self.state: AppState = app.state.foresight
+        self.sock = sock
+        self.host = host
+        self.port: int = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            log_config=None,  # our handlers (stderr + rotating file) from setup_logging
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=GRACE_S,
+        )
+        self.server = _Server(config)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]), name=f"listener:{self.port}")
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # raises what stopped it
+                raise OSError(f"the listener on port {self.port} stopped while starting")
+            await asyncio.sleep(0.01)
+
+    def refuse_new(self) -> None:
+        """New requests get 503; running generations are cancelled, so their streams end ('cancelled')."""
+        self.state.closing = True
+        for job in list(self.state.jobs):
+            job.cancel.set()
+
+    async def close(self) -> None:
+        self.refuse_new()
+        self.server.should_exit = True
+        if self.task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        self.sock.close()
+
+    def info(self) -> dict[str, Any]:
+        url_host = "127.0.0.1" if self.host.strip("[]") in WILDCARD_BINDS else as_host(self.host)
+        return {
+            "open": True,
+            "host": self.host,
+            "port": self.port,
+            "auth": self.state.api_key is not None,
+            "url": f"http://{url_host}:{self.port}/v1",
+        }
+
+
+class Admin:
+    """What the admin routes act on: the worker, the settings, and the public listener when one is open."""
+
+    def __init__(self, worker: Worker, settings: Settings) -> None:
+        self.worker = worker
+        self.settings = settings
+        self.public: Listener | None = None
+        self._lock = asyncio.Lock()
+
+    def public_info(self) -> dict[str, Any]:
+        return self.public.info() if self.public is not None else {"open": False}
+
+    async def open_public(self, host: str, port: int, api_key: str | None) -> dict[str, Any]:
+        """Open (or reopen elsewhere) the public listener; a LAN bind needs an API key."""
+        if not is_loopback(host) and not api_key:
+            message = f"a public listener on {host} (not loopback) needs an api_key"
+            raise APIError(400, message, "invalid_request_error", "api_key")
+        async with self._lock:
+            await self._close_public()
+            try:
+                sock = bind(host, port)
+            except ConfigError as exc:
+                raise APIError(409, str(exc), "listen_failed", "port") from None
+            make = functools.partial(
+                create_app, self.worker, self.settings, api_key, sock.getsockname()[1], host=host, public=True
+            )
+            try:
+                app = await anyio.to_thread.run_sync(make)  # a LAN bind looks up this machine's names (DNS)
+                listener = Listener(app, sock, host)
+                await listener.start()
+            except BaseException:
+                sock.close()
+                raise
+            self.public = listener
+            log.info("public listener open on %s:%d (API key: %s)", host, listener.port, bool(api_key))
+            return listener.info()
+
+    async def close_public(self) -> dict[str, Any]:
+        async with self._lock:
+            await self._close_public()
+        return self.public_info()
+
+    async def _close_public(self) -> None:
+        listener, self.public = self.public, None
+        if listener is not None:
+            await listener.close()
+            log.info("public listener on port %d closed", listener.port)
+
+
+# --- routes -----------------------------------------------------------------------------------------
+router = APIRouter(prefix="/admin")
+
+
+class PublicRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field("127.0.0.1", min_length=1, description="bind address (not loopback: needs api_key)")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: the OS picks one; the reply says)")
+    api_key: str | None = Field(None, min_length=1, description="Bearer key the listener asks for")
+
+
+class LoadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(min_length=1, description="target GGUF: a path or a packaged model's key")
+    draft: str | None = Field(None, min_length=1, description="drafter GGUF (a path or a packaged key)")
+    ngram: bool = Field(False, description="draft by n-gram prompt lookup (without draft or ngram: none)")
+
+
+def _admin(request: Request) -> Admin:
+    return request.app.state.admin
+
+
+def mount(app: FastAPI, admin: Admin) -> None:
+    """Give the private listener's app the admin routes."""
+    app.state.admin = admin
+    app.include_router(router)
+
+
+@router.get("/public")
+async def public_state(request: Request) -> Response:
+    return JSONResponse(_admin(request).public_info())
+
+
+@router.post("/public")
+async def open_public(request: Request) -> Response:
+    body = parse_body(PublicRequest, await read_body(request))
+    return JSONResponse(await _admin(request).open_public(body.host, body.port, body.api_key))
+
+
+@router.delete("/public")
+async def close_public(request: Request) -> Response:
+    return JSONResponse(await _admin(request).close_public())
+
+
+async def _model_file(name: str, param: str) -> Path:
+    """A model argument as an existing file, checked before anything is unloaded."""
+    from app.catalog.packaged import ModelPackageMissing, resolve_model
+
+    try:
+        path = await anyio.to_thread.run_sync(resolve_model, name)
+    except ModelPackageMissing as exc:
+        raise APIError(400, str(exc), "invalid_request_error", param) from None
+    if not path.is_file():
+        raise APIError(400, f"{param}: no such model file: {path}", "invalid_request_error", param)
+    return path
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def _load_error(exc: BaseException) -> APIError:
+    if isinstance(exc, ShuttingDown):
+        return APIError(503, str(exc), "server_shutting_down")
+    if isinstance(exc, EngineError):
+        return from_engine_error(exc)
+    return APIError(500, f"loading failed: {type(exc).__name__}: {exc}", "model_load_failed")
+
+
+def _start(start: Any) -> Any:
+    try:
+        return start()
+    except Busy as exc:
+        raise APIError(409, str(exc), "model_busy") from None
+    except ShuttingDown as exc:
+        raise APIError(503, str(exc), "server_shutting_down") from None
+
+
+@router.post("/load")
+async def load(request: Request) -> Response:
+    """Load another target/drafter pair; the stages stream as SSE: {"stage": ...}, or {"error": ...}."""
+    admin = _admin(request)
+    body = parse_body(LoadRequest, await read_body(request))
+    if body.draft and body.ngram:
+        raise APIError(400, "give draft or ngram, not both", "invalid_request_error", "ngram")
+    target = await _model_file(body.target, "target")
+    draft = await _model_file(body.draft, "draft") if body.draft else None
+    mode = "model" if draft else "ngram" if body.ngram else "none"
+    events = _start(lambda: admin.worker.load(engine_loader(admin.settings, target, draft, mode)))
+    state: AppState = request.app.state.foresight
+
+    async def stream() -> AsyncIterator[str]:
+        while True:
+            item = await anyio.to_thread.run_sync(events.get, abandon_on_cancel=True)
+            if item is END:
+                break
+            if isinstance(item, BaseException):
+                yield error_event(_load_error(item))
+            elif isinstance(item, Stage):
+                payload: dict[str, Any] = {"stage": item.name, "elapsed_s": item.elapsed_s}
+                if item.name == "ready" and admin.worker.props is not None:
+                    props = admin.worker.props
+                    payload.update(
+                        model=model_id(state),
+                        draft=props["draft"]["source"],
+                        context_length=props["target"]["n_ctx"],
+                    )
+                yield _event(payload)
+        yield "data: [DONE]\n\n"
+
+    return event_stream(stream())
+
+
+@router.post("/unload")
+async def unload(request: Request) -> Response:
+    """Close the models and free their memory; generation routes answer 503 model_not_loaded until a load."""
+    admin = _admin(request)
+    events = _start(admin.worker.unload)
+    while (item := await anyio.to_thread.run_sync(events.get, abandon_on_cancel=True)) is not END:
+        if isinstance(item, BaseException):
+            raise _load_error(item)
+    return JSONResponse({"status": admin.worker.state})
