@@ -43,11 +43,10 @@ _PROBE_MIN_GAIN = 1.25
 # of what perfect drafts could save over the tokens still to come: a probe bets on acceptance not yet
 # seen (measured: a quarter let gemma-3-270m prefill an 800-token prompt on a 2-core CPU, 0.81x).
 _PROBE_BUDGET = 0.1
-# A change of width pays its switch penalty once; the policy spreads it over the steps the new regime is
-# expected to last, learned as a running mean of past runs. Before any is seen: prose stretches (plain
-# steps) run long, drafting stretches short (measured on an H200: a change costs the next two passes
-# about three plain steps, so a short excursion into drafting and back rarely pays).
-_RUN_PRIOR = {False: 16.0, True: 4.0}  # expected steps of a plain / drafting run
+# A change of width pays its switch penalty once; the policy spreads it over the steps a drafting
+# stretch is expected to last, a running mean of past stretches (measured on an H200: a change costs
+# the next two passes about three plain steps, so a short excursion into drafting and back rarely pays).
+_RUN_PRIOR = 4.0
 _RUN_EMA = 0.2
 # A draft accepted whole from this length on starts a run ("hot"): prose shares a word or two with
 # its context by chance (measured: chat with n-gram lookups on an H200 lost 3-15% at 2).
@@ -196,7 +195,7 @@ class DraftPolicy:
         self.width = 1  # width of the last target pass (1: a plain step)
         self._run = 0  # passes of that width in a row
         self._regime_run = 0  # passes in a row on the same side (plain or drafting)
-        self.expected_run = dict(_RUN_PRIOR)
+        self.expected_run = _RUN_PRIOR  # passes a drafting stretch lasts
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
         self.last_reason = ""
@@ -215,9 +214,17 @@ class DraftPolicy:
         return out
 
     def _pass_seconds(self, width: int) -> float:
-        """A target pass of `width` tokens now: steady cost, plus a share of the switch penalty."""
-        extra = 0.0 if width == self.width else self.costs.penalty(width) / self.expected_run[width > 1]
-        return self.costs.cost(width) + extra
+        """A target pass of `width` tokens now: steady cost, plus a share of the switch penalty.
+
+        A drafting stretch is an excursion from plain decoding: entering it pays for the way in and
+        the way back, spread over the steps it is expected to last; leaving it pays nothing more.
+        """
+        if width == self.width or width == 1:
+            return self.costs.cost(width)
+        penalty = self.costs.penalty(width)
+        if self.width == 1:
+            penalty += self.costs.penalty(1)
+        return self.costs.cost(width) + penalty / self.expected_run
 
     def _seconds(self, k: int) -> float:
         return self._pass_seconds(k + 1) + k * self.draft_cost_s + self.host_s
@@ -336,8 +343,8 @@ class DraftPolicy:
         if (width > 1) == (self.width > 1):
             self._regime_run += 1
         else:
-            side = self.width > 1
-            self.expected_run[side] += _RUN_EMA * (self._regime_run - self.expected_run[side])
+            if self.width > 1:  # a drafting stretch ended
+                self.expected_run += _RUN_EMA * (self._regime_run - self.expected_run)
             self._regime_run = 1
         self.width = width
         # The first passes after a change of width carry its switch penalty, not the steady cost.
