@@ -164,3 +164,16 @@ def test_a_gpu_policy_leaves_a_drafting_width_when_drafts_stop_landing() -> None
         p.observe(4, 0, 0.00298, 0.0, width=5)
     assert p.width == 5
     assert p.choose() == 0
+
+
+def test_a_miss_in_a_hot_run_gets_one_more_draft_at_the_same_width() -> None:
+    p = _gpu_policy()
+    for _ in range(10):  # prose: drafts miss
+        p.observe_acceptance(4, 0)
+    for _ in range(10):  # then a copy
+        p.observe(16, 16, 0.0051, 0.0, width=17)
+    p.observe(16, 5, 0.0051, 0.0, width=17)  # an edited copy misses at the change
+    assert p.hot == 0
+    assert p.choose() == 16  # one more draft: the copy likely goes on after the edit
+    p.observe(16, 0, 0.0051, 0.0, width=17)  # it did not
+    assert p.choose() < 16

@@ -143,7 +143,9 @@ def generate(
         first = sampler.pick(target.decode(prompt[reuse:], len(prompt) - reuse - 1)[0], prompt)
     if use_draft:
         assert drafter is not None
+        assert policy is not None
         drafter.begin(prompt, request.draft_prompt)
+        policy.begin_request()
     stats.prefill_s = clock() - t0
 
     committed = prompt  # ends with the pending token once generation starts; KV holds committed[:-1]

@@ -198,7 +198,15 @@ class DraftPolicy:
         self.expected_run = _RUN_PRIOR  # passes a drafting stretch lasts
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
+        self._grace = False  # a hot run just missed: one more draft at the same width
         self.last_reason = ""
+
+    def begin_request(self) -> None:
+        """A new generation: its text owes nothing to the last one's run, and its prefill pass has
+        changed the width (what was learned about acceptance and costs stays)."""
+        self.hot = 0
+        self._grace = False
+        self.width, self._run, self._regime_run = 1, 0, 0
 
     def acceptance(self, hot: int | None = None) -> list[float]:
         """Per position: the chance it is accepted once the ones before it were.
@@ -234,8 +242,8 @@ class DraftPolicy:
 
         On a GPU the padded pass keeps the width (and its captured graph) that the next steps reuse.
         """
-        if drafted >= k or self.costs.switch is None:
-            return False
+        if drafted >= k or drafted == 0 or self.costs.switch is None:
+            return False  # nothing drafted: a plain step, not a pass of filler
         padded, short = k + 1, drafted + 1
         if padded != self.width:  # entering a new width either way: the cheaper one
             return self._pass_seconds(padded) <= self._pass_seconds(short)
@@ -281,6 +289,13 @@ class DraftPolicy:
         """
         if not self.adaptive:
             return self.max_draft
+        if self._grace:
+            # An edited copy misses at each change and goes on right after it (the lookup resyncs on
+            # the target's own token): one more draft at the width in use, instead of paying the way
+            # out and back in.
+            self._grace = False
+            if self.width > 1:
+                return self.width - 1
         k, gain = self.best()
         if k > 0 and gain >= _MIN_GAIN:
             self._probe_every = _FIRST_PROBE
@@ -329,6 +344,7 @@ class DraftPolicy:
         for i in range(min(drafted, accepted + 1, self.max_draft)):
             self.hits[state][i] += 1.0 if i < accepted else 0.0
             self.tries[state][i] += 1.0
+        self._grace = state == 1 and accepted < drafted
         self.hot = int(accepted == drafted >= _HOT_RUN)  # a word or two in common is no run
 
     def observe(
