@@ -197,6 +197,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--engine"]:
+        # The frozen executable runs its own engine process as `Foresight --engine ...` (= serve).
+        argv = ["serve", *argv[1:]]
     parser = build_parser()
     if not set(argv) & {*COMMANDS, "-h", "--help", "--version"}:
         argv = ["chat", *argv]

@@ -83,7 +83,9 @@ def run(engine: Engine, gpu: VirtualGPU, tokens: list[int], n: int, policy: Draf
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="default")
-    ap.add_argument("--prompts", type=Path, default=Path(__file__).resolve().parent.parent / "bench/prompts.json")
+    ap.add_argument(
+        "--prompts", type=Path, default=Path(__file__).resolve().parent.parent / "bench/prompts.json"
+    )
     ap.add_argument("--only", default="")
     ap.add_argument("--tokens", type=int, default=128)
     a = ap.parse_args()
@@ -98,14 +100,21 @@ def main() -> None:
         gpu = VirtualGPU(engine.target)
         policy = DraftPolicy(VerifyCosts.from_points(steady, 17, switch), 16, 0.0)
         for p in prompts:
-            tokens = engine.render_chat(p["messages"]).tokens if "messages" in p else engine.tokenize_text(p["prompt"])
+            tokens = (
+                engine.render_chat(p["messages"]).tokens
+                if "messages" in p
+                else engine.tokenize_text(p["prompt"])
+            )
             plain, ps = run(engine, gpu, tokens, a.tokens, None)
             spec, ss = run(engine, gpu, tokens, a.tokens, policy)
             widths = {k: v for k, v in sorted(ss.draft_lengths.items())}
-            print(f"{p['name']:<24} plain {ps.tokens_per_second:7.1f}  spec {ss.tokens_per_second:7.1f}  "
-                  f"{ss.tokens_per_second / ps.tokens_per_second:5.2f}x  acc {ss.acceptance_rate:4.2f}  "
-                  f"tok/pass {ss.mean_accepted_len:5.2f}  padded {ss.padded:4d}  same {plain == spec}  k {widths}",
-                  flush=True)
+            print(
+                f"{p['name']:<24} plain {ps.tokens_per_second:7.1f}  spec {ss.tokens_per_second:7.1f}  "
+                f"{ss.tokens_per_second / ps.tokens_per_second:5.2f}x  acc {ss.acceptance_rate:4.2f}  "
+                f"tok/pass {ss.mean_accepted_len:5.2f}  padded {ss.padded:4d}  same {plain == spec}  "
+                f"k {widths}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

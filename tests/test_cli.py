@@ -70,3 +70,12 @@ def test_a_bad_model_path_is_a_clear_error(tmp_path: Path) -> None:
     out = _run("generate", "--target", str(tmp_path / "missing.gguf"), "hello")
     assert out.returncode == 2
     assert "no such model file" in out.stderr
+
+
+def test_engine_entry_is_the_serve_command() -> None:
+    # The frozen executable starts its engine process as `Foresight --engine ...`.
+    out = _run("--engine", "--help")
+    assert out.returncode == 0
+    assert "usage:" in out.stdout
+    assert "serve" in out.stdout
+    assert "--port" in out.stdout
