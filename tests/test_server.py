@@ -303,16 +303,24 @@ def test_health_answers_503_while_loading_then_200(gemma_path: Path) -> None:
     args = ["--target", str(gemma_path), *GEMMA_ARGS, "--port", str(port)]
     with engine_server(args, wait=False) as s:
         seen: list[tuple[int, str]] = []
+        early: list[httpx.Response] = []  # completions asked for while loading
         ready = threading.Thread(target=s.wait_ready)
         ready.start()
         while ready.is_alive():
             try:
                 r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
                 seen.append((r.status_code, r.json()["status"]))
+                if r.status_code == 503 and not early:
+                    body = {"prompt": "1, 2,", "max_tokens": 2}
+                    early.append(httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=5))
             except httpx.TransportError:
                 pass  # not listening yet
             time.sleep(0.02)
         assert s.port == port
+        for r in early:
+            if r.status_code == 503:  # (the load may have finished in between)
+                assert r.json()["error"]["code"] == "model_not_loaded"
+                assert r.headers["retry-after"] == "2"
         final = httpx.get(f"{s.url}/health")
         assert (final.status_code, final.json()) == (200, {"status": "ok"})
         assert set(seen) <= {(503, "loading"), (200, "ok")}

@@ -180,13 +180,19 @@ async def next_result(job: Job) -> Any:
     return await anyio.to_thread.run_sync(job.results.get, abandon_on_cancel=True)
 
 
+def not_loaded(worker_state: str) -> APIError:
+    """503 model_not_loaded; while a model loads, clients are told when to try again."""
+    headers = {"Retry-After": "2"} if worker_state == "loading" else None
+    return APIError(503, f"the model is not ready ({worker_state})", "model_not_loaded", headers=headers)
+
+
 async def start(state: AppState, job: Job) -> Any:
     """Queue the job and wait for its first result, so that request errors get their HTTP status."""
     state.jobs.add(job)
     try:
         state.worker.submit(job)
     except NotReady:
-        raise APIError(503, f"the model is not ready ({state.worker.state})", "model_not_loaded") from None
+        raise not_loaded(state.worker.state) from None
     except QueueFull:
         raise APIError(
             503, "the engine is busy; retry shortly", "server_busy", headers={"Retry-After": "1"}
@@ -199,7 +205,7 @@ async def start(state: AppState, job: Job) -> Any:
     if isinstance(first, ShuttingDown):
         raise APIError(503, str(first), "server_shutting_down")
     if isinstance(first, NotReady):  # a model load or unload began while the job waited
-        raise APIError(503, f"the model is not ready ({first})", "model_not_loaded")
+        raise not_loaded(str(first))
     if first is END:  # cancelled before it ran: its listener is closing (or its client left)
         raise APIError(503, "the request was cancelled before it ran", "server_shutting_down")
     if isinstance(first, BaseException):
@@ -370,7 +376,7 @@ async def models(request: Request) -> Response:
     state = _state(request)
     props = state.worker.props
     if props is None:
-        raise APIError(503, f"the model is not ready ({state.worker.state})", "model_not_loaded")
+        raise not_loaded(state.worker.state)
     card = ModelCard(
         id=model_id(state),
         created=state.started,
@@ -394,7 +400,7 @@ async def health(request: Request) -> Response:
 async def props(request: Request) -> Response:
     state = _state(request)
     if state.worker.props is None:
-        raise APIError(503, f"the model is not ready ({state.worker.state})", "model_not_loaded")
+        raise not_loaded(state.worker.state)
     server = state.settings.server.model_dump()
     server.update(auth=state.api_key is not None, queue_depth=state.worker.queue_depth)
     if state.port is not None:
