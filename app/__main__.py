@@ -16,7 +16,7 @@ from app.config import ConfigError, Settings, add_section_flags, load_settings, 
 from app.logs import setup_logging
 
 log = logging.getLogger("foresight")
-COMMANDS = ("chat", "generate", "bench", "serve")
+COMMANDS = ("chat", "generate", "bench", "serve", "devices")
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts.json"
 
 
@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the admin token (the GUI's per-launch secret) as one line on stdin; "
         "else FORESIGHT_ADMIN_TOKEN; without one the /admin routes are off",
     )
+
+    devices = sub.add_parser("devices", help="the devices found, why others were not, and the placement")
+    devices.add_argument("--json", action="store_true", help="print one JSON object")
+    devices.add_argument("--target", default="default", help="model to place (a path or a packaged key)")
     return parser
 
 
@@ -195,6 +199,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(args, _settings(args))
 
 
+def cmd_devices(args: argparse.Namespace) -> int:
+    from app import devices
+    from app.catalog import fit, gguf
+    from app.catalog.packaged import ModelPackageMissing, resolve_model
+
+    found = devices.discover()
+    out = found.to_json()
+    try:
+        need = fit.PairNeed(fit.read_shape(resolve_model(args.target)))
+        placement = devices.place(found.devices(), need).as_dict()
+    except (ModelPackageMissing, FileNotFoundError, gguf.GGUFError) as exc:
+        placement = {"error": f"no placement: {exc}"}
+    out["placement"] = placement
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(devices.report(found))
+        print("placement  " + (placement.get("reason") or placement["error"]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--engine"]:
@@ -208,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     from app.catalog.packaged import ModelPackageMissing
     from app.engine.errors import EngineError
 
-    handlers = {"chat": cmd_chat, "generate": cmd_generate, "bench": cmd_bench, "serve": cmd_serve}
+    handlers = {
+        "chat": cmd_chat,
+        "generate": cmd_generate,
+        "bench": cmd_bench,
+        "serve": cmd_serve,
+        "devices": cmd_devices,
+    }
     try:
         return handlers[args.command](args)
     except (EngineError, ModelPackageMissing, ConfigError) as exc:
