@@ -272,12 +272,20 @@ def test_a_failed_load_reports_its_error_and_a_good_load_recovers(
     ("body", "param"),
     [
         ({"target": "/nowhere/missing.gguf"}, "target"),
+        ({"target": "~nosuchuser-foresight/x.gguf"}, "target"),
         ({"target": "GEMMA", "draft": "/nowhere/missing.gguf"}, "draft"),
         ({"target": "GEMMA", "draft": "GEMMA", "ngram": True}, "ngram"),
         ({"target": "GEMMA", "n_ctx": 512}, "n_ctx"),
         ({}, "target"),
     ],
-    ids=["missing-target", "missing-draft", "draft-and-ngram", "unknown-field", "no-target"],
+    ids=[
+        "missing-target",
+        "unknown-user-home",
+        "missing-draft",
+        "draft-and-ngram",
+        "unknown-field",
+        "no-target",
+    ],
 )
 def test_a_bad_load_changes_nothing(
     admin: httpx.Client, gemma_path: Path, body: dict[str, Any], param: str

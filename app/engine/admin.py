@@ -231,8 +231,8 @@ async def _model_file(name: str, param: str) -> Path:
 
     try:
         path = await anyio.to_thread.run_sync(resolve_model, name)
-    except ModelPackageMissing as exc:
-        raise APIError(400, str(exc), "invalid_request_error", param) from None
+    except (ModelPackageMissing, RuntimeError, OSError, ValueError) as exc:  # ~nosuchuser/x: RuntimeError
+        raise APIError(400, f"{name}: {exc}", "invalid_request_error", param) from None
     if not path.is_file():
         raise APIError(400, f"{param}: no such model file: {path}", "invalid_request_error", param)
     return path

@@ -63,14 +63,14 @@ class Engine:
             tensor_split=es.tensor_split,
             device_argmax=es.device_argmax,
         )
-        self.chat = ChatFormat(self.target.chat_template, self.target.facts.architecture)
         self.draft_model: LlamaBackend | None = None
         self.draft_chat: ChatFormat | None = None
         self.vocab_verdict: VocabVerdict | None = None
         self.drafter: Drafter | None = None
         self.policy: DraftPolicy | None = None
         self.costs: VerifyCosts | None = None
-        try:
+        try:  # whatever fails from here on, the loaded target is freed
+            self.chat = ChatFormat(self.target.chat_template, self.target.facts.architecture)
             mode = ds.mode
             if mode == "auto":
                 mode = "model" if draft else "ngram"

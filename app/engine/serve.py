@@ -66,7 +66,7 @@ async def _run(private: Listener, admin: Admin, worker: Worker) -> bool:
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
-    api_key = os.environ.get(API_KEY_ENV) or None
+    api_key = os.environ.pop(API_KEY_ENV, None) or None  # child processes need not see it
     token = admin_token(getattr(args, "token_stdin", False))
     host = settings.server.host
     if not is_loopback(host) and not api_key:

@@ -388,10 +388,11 @@ async def models(request: Request) -> Response:
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    worker = _state(request).worker
+    state = _state(request)
+    worker = state.worker
     status = {"ready": "ok"}.get(worker.state, worker.state)
     body: dict[str, Any] = {"status": status}
-    if worker.load_error is not None:
+    if worker.load_error is not None and not state.public:  # the message names local paths
         body["message"] = str(worker.load_error)
     return JSONResponse(body, 200 if status == "ok" else 503)
 

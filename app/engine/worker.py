@@ -240,7 +240,10 @@ class Worker:
                         self._current = None
         finally:
             self._close_engine()
-            self._state = "stopped"
+            with self._lock:  # nothing queued may wait for a thread that is gone
+                self._stopping.set()
+                self._state = "stopped"
+                self._cancel_all(ShuttingDown("the engine stopped"))
             self.loaded.set()
 
     def _close_engine(self) -> None:
@@ -266,6 +269,7 @@ class Worker:
             if control.loader is None:
                 with self._lock:
                     self._state = "unloaded"
+                    self.load_error = None
                 stage("unloaded")
                 return
             engine = control.loader(stage)
@@ -314,6 +318,9 @@ class Worker:
             job.results.put(exc)
         else:
             job.results.put(END)
-        self.props = engine.props()
-        self.metrics.kv_tokens = len(engine.target.kv_tokens)
-        self.metrics.kv_cells = engine.target.kv_pos_max() + 1
+        try:
+            self.props = engine.props()
+            self.metrics.kv_tokens = len(engine.target.kv_tokens)
+            self.metrics.kv_cells = engine.target.kv_pos_max() + 1
+        except Exception:  # bookkeeping must not end the engine thread
+            log.exception("after a request: engine figures unavailable")
