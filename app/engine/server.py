@@ -323,6 +323,9 @@ async def chat_completions(request: Request) -> Response:
                     yield chunk([ChatChunkChoice(delta=Delta(), finish_reason=finish)])
                     stats = piece.stats
         except Exception as exc:
+            held = parser.finish().content if parser is not None else ""
+            if held:  # text the parser was holding back is still the model's output
+                yield chunk([ChatChunkChoice(delta=Delta(content=held))])
             yield stream_error(exc)
         if body.include_usage and stats is not None:
             yield chunk([], usage=Usage.from_stats(stats))
