@@ -148,11 +148,15 @@ class Admin:
             message = f"a public listener on {host} (not loopback) needs an api_key"
             raise APIError(400, message, "invalid_request_error", "api_key")
         async with self._lock:
-            await self._close_public()
+            # Bind the new socket first, so a taken port leaves the old listener serving; only a
+            # reopen on the old listener's own port has to close it first.
+            if self.public is not None and port == self.public.port:
+                await self._close_public()
             try:
                 sock = bind(host, port)
             except ConfigError as exc:
                 raise APIError(409, str(exc), "listen_failed", "port") from None
+            await self._close_public()
             make = functools.partial(
                 create_app, self.worker, self.settings, api_key, sock.getsockname()[1], host=host, public=True
             )
