@@ -16,7 +16,7 @@ from app.config import ConfigError, Settings, add_section_flags, load_settings, 
 from app.logs import setup_logging
 
 log = logging.getLogger("foresight")
-COMMANDS = ("chat", "generate", "bench", "serve", "devices")
+COMMANDS = ("chat", "generate", "bench", "serve", "devices", "models")
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts.json"
 
 
@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="the devices found, why others were not, and the placement")
     devices.add_argument("--json", action="store_true", help="print one JSON object")
     devices.add_argument("--target", default="default", help="model to place (a path or a packaged key)")
+
+    from app import models_cli
+
+    models_cli.add_parser(sub)
     return parser
 
 
@@ -220,6 +224,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from app import models_cli
+
+    return models_cli.run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--engine"]:
@@ -239,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": cmd_bench,
         "serve": cmd_serve,
         "devices": cmd_devices,
+        "models": cmd_models,
     }
     try:
         return handlers[args.command](args)

@@ -70,11 +70,26 @@ class ServerSettings(Section):
     cors_origin: str | None = Field(None, description="browser origin allowed by CORS (unset: CORS off)")
 
 
+class ModelsSettings(Section):
+    """The model library (`python -m app models ...`)."""
+
+    dir: str | None = Field(None, description="models folder (unset: 'models' in the platform data dir)")
+    hf_cache: bool = Field(True, description="list GGUF files of the Hugging Face cache in the library")
+
+    def folder(self) -> Path:
+        if self.dir:
+            path = Path(self.dir).expanduser()
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        return paths.models_dir()
+
+
 class Settings(Section):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     draft: DraftSettings = Field(default_factory=DraftSettings)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    models: ModelsSettings = Field(default_factory=ModelsSettings)
 
 
 class ConfigError(ValueError):

@@ -11,11 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.catalog.fit import CONTEXT_TIERS as FIT_TIERS
 from app.catalog.fit import GIB, PairNeed
 
 PROBE_TIMEOUT_S = 20.0
 BUSY_UTILISATION = 50  # percent; above it a device is someone else's
-CONTEXT_TIERS = (32768, 16384, 8192, 4096, 2048)
+# automatic placement sizes the context up to 32k; larger contexts are an explicit choice
+CONTEXT_TIERS = tuple(c for c in FIT_TIERS if c <= 32768)
 
 
 @dataclass

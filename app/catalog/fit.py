@@ -12,6 +12,12 @@ MARGIN_FRACTION = 0.10
 MARGIN_MIN = 2 * GIB
 MARGIN_MAX = 4 * GIB
 KV_BYTES_PER_ELEMENT = 2  # f16 K and V, llama.cpp's default cache type
+# bytes per cached element for llama.cpp's KV cache types (block size accounted)
+KV_TYPES = {
+    "f32": 4.0, "f16": 2.0, "bf16": 2.0,
+    "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32,
+}  # fmt: skip
+CONTEXT_TIERS = (131072, 65536, 32768, 16384, 8192, 4096, 2048)
 
 
 @dataclass(frozen=True)
@@ -29,8 +35,9 @@ class ModelShape:
     def kv_bytes_per_token(self) -> int:
         return self.n_layer * self.n_head_kv * (self.key_length + self.value_length) * KV_BYTES_PER_ELEMENT
 
-    def kv_bytes(self, n_ctx: int) -> int:
-        return self.kv_bytes_per_token * n_ctx
+    def kv_bytes(self, n_ctx: int, kv_type: str = "f16") -> int:
+        per_element = KV_TYPES[kv_type] / KV_BYTES_PER_ELEMENT
+        return int(self.kv_bytes_per_token * n_ctx * per_element)
 
 
 def shape_from_header(header: gguf.GGUFHeader) -> ModelShape:
@@ -72,14 +79,19 @@ class PairNeed:
     target: ModelShape
     drafter: ModelShape | None = None
     mmproj_bytes: int = 0
+    kv_type: str = "f16"
+
+    def __post_init__(self) -> None:
+        if self.kv_type not in KV_TYPES:
+            raise ValueError(f"unknown KV cache type {self.kv_type!r}: use one of {', '.join(KV_TYPES)}")
 
     def target_bytes(self, n_ctx: int) -> int:
-        return self.target.weight_bytes + self.target.kv_bytes(n_ctx) + self.mmproj_bytes
+        return self.target.weight_bytes + self.target.kv_bytes(n_ctx, self.kv_type) + self.mmproj_bytes
 
     def drafter_bytes(self, n_ctx: int) -> int:
         if self.drafter is None:
             return 0
-        return self.drafter.weight_bytes + self.drafter.kv_bytes(n_ctx)
+        return self.drafter.weight_bytes + self.drafter.kv_bytes(n_ctx, self.kv_type)
 
     def with_margin(self, n_bytes: int) -> int:
         return n_bytes + margin(n_bytes)
@@ -87,3 +99,37 @@ class PairNeed:
     def total(self, n_ctx: int) -> int:
         """Everything on one device, margin included."""
         return self.with_margin(self.target_bytes(n_ctx) + self.drafter_bytes(n_ctx))
+
+
+@dataclass(frozen=True)
+class DeviceFit:
+    """Whether a pair fits one device's free memory, and the largest context tier that does."""
+
+    device: str
+    free_bytes: int
+    need_bytes: int  # at the asked context, margin included
+    n_ctx: int
+    largest_ctx: int  # 0: not even the smallest tier fits
+
+    @property
+    def fits(self) -> bool:
+        return self.need_bytes <= self.free_bytes
+
+    def summary(self) -> str:
+        head = f"{self.device}: needs {self.need_bytes / GIB:.1f} GiB at {self.n_ctx:,} tokens, "
+        head += f"{self.free_bytes / GIB:.1f} GiB free"
+        if self.largest_ctx:
+            return head + f"; fits up to {self.largest_ctx:,} tokens"
+        return head + "; does not fit even at the smallest context"
+
+
+def context_tiers(need: PairNeed) -> list[int]:
+    """The context tiers up to the target's trained context, largest first."""
+    limit = need.target.context_length or CONTEXT_TIERS[0]
+    return [c for c in CONTEXT_TIERS if c <= limit] or [limit]
+
+
+def fit_on(need: PairNeed, device: str, free_bytes: int, n_ctx: int) -> DeviceFit:
+    """The pair (target, drafter, mmproj, KV for both at n_ctx, margin) on one device."""
+    largest = next((c for c in context_tiers(need) if need.total(c) <= free_bytes), 0)
+    return DeviceFit(device, free_bytes, need.total(n_ctx), n_ctx, largest)

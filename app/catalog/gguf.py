@@ -118,11 +118,15 @@ class GGUFHeader:
 
 
 class _Reader:
-    """Sequential reads over a seekable binary stream with a read-ahead buffer."""
+    """Sequential reads over a binary stream with a read-ahead buffer that doubles on each refill.
 
-    def __init__(self, stream: BinaryIO, chunk: int = 1 << 20) -> None:
+    Doubling keeps remote reads (one HTTP Range request per refill) few, and small files cheap.
+    """
+
+    def __init__(self, stream: BinaryIO, chunk: int = 1 << 20, max_chunk: int = 8 << 20) -> None:
         self._stream = stream
         self._chunk = chunk
+        self._max_chunk = max(chunk, max_chunk)
         self._buf = b""
         self._pos = 0  # position of _buf[0] in the stream
         self._off = 0  # read position inside _buf
@@ -135,6 +139,7 @@ class _Reader:
         if self._off + n > len(self._buf):
             rest = self._buf[self._off :]
             more = self._stream.read(max(self._chunk, n - len(rest)))
+            self._chunk = min(self._chunk * 2, self._max_chunk)
             self._pos += self._off
             self._buf, self._off = rest + more, 0
             if n > len(self._buf):
@@ -176,9 +181,10 @@ def _value(r: _Reader, vtype: int, key: str, lengths: dict[str, int]) -> Any:
     raise GGUFError(f"corrupt: key {key!r} has unknown value type {vtype}")
 
 
-def read_header(stream: BinaryIO, file_size: int | None = None) -> GGUFHeader:
-    """Parse a GGUF header from a stream positioned at the file start."""
-    r = _Reader(stream)
+def read_header(stream: BinaryIO, file_size: int | None = None, first_read: int = 1 << 20) -> GGUFHeader:
+    """Parse a GGUF header from a stream positioned at the file start (reads only the header's bytes,
+    rounded up to the read-ahead)."""
+    r = _Reader(stream, first_read)
     try:
         magic = r.read(4)
     except GGUFError:

@@ -1,0 +1,198 @@
+"""The local model library: the models folder, imported GGUF files, the Hugging Face cache.
+
+Downloaded files live under the models folder (`<models>/<owner>/<repo>/<file>`) and are listed in its
+manifest with their SHA-256. Importing a file elsewhere registers it where it is (no copy of
+gigabytes) or copies it in atomically. Removing deletes only files inside the models folder; an
+imported file outside it is only forgotten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app import hub
+from app.catalog import gguf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalModel:
+    path: Path
+    size: int
+    source: str  # hub | import | copy | found | hf-cache
+    architecture: str = ""
+    name: str = ""
+    repo: str = ""
+    sha256: str | None = None
+    problem: str = ""  # why the file is not a usable GGUF, if it is not
+
+    @property
+    def is_mmproj(self) -> bool:
+        return self.architecture == "clip" or "mmproj" in self.path.name.lower()
+
+    def as_dict(self) -> dict:
+        return {
+            "path": str(self.path),
+            "size": self.size,
+            "source": self.source,
+            "architecture": self.architecture,
+            "name": self.name,
+            "repo": self.repo,
+            "sha256": self.sha256,
+            "problem": self.problem,
+        }
+
+
+def _describe(path: Path, source: str, entry: dict | None = None) -> LocalModel:
+    entry = entry or {}
+    model = LocalModel(path, 0, source, repo=entry.get("repo", ""), sha256=entry.get("sha256"))
+    try:
+        model.size = path.stat().st_size
+        header = gguf.read_file(path)
+        model.architecture, model.name = header.architecture, header.name
+    except (OSError, gguf.GGUFError) as exc:
+        model.problem = str(exc)
+    return model
+
+
+def _is_shard_tail(path: Path) -> bool:
+    """Shards after the first (`-00002-of-00003.gguf`) are loaded through the first one."""
+    stem = path.stem
+    return "-of-" in stem and not stem.rsplit("-of-", 1)[0].endswith("-00001")
+
+
+class Library:
+    def __init__(self, models_dir: Path) -> None:
+        self.models_dir = Path(models_dir)
+
+    def scan(self, include_hf_cache: bool = True) -> list[LocalModel]:
+        """Every GGUF the app knows: the manifest, files dropped into the models folder, the HF cache."""
+        manifest = hub.read_manifest(self.models_dir)
+        seen: set[Path] = set()
+        models = []
+        for key, entry in sorted(manifest.items()):
+            path = Path(entry["path"]) if "path" in entry else self.models_dir / key
+            seen.add(path.resolve())
+            if not path.exists():
+                models.append(LocalModel(path, 0, entry.get("source", "hub"), problem="missing"))
+                continue
+            models.append(_describe(path, entry.get("source", "hub"), entry))
+        if self.models_dir.is_dir():
+            for path in sorted(self.models_dir.rglob("*.gguf")):
+                rel = path.relative_to(self.models_dir)
+                if rel.parts[0] == hub.PARTIAL_DIR or path.resolve() in seen or _is_shard_tail(path):
+                    continue
+                seen.add(path.resolve())
+                models.append(_describe(path, "found"))
+        if include_hf_cache:
+            models.extend(m for m in self._hf_cache() if m.path.resolve() not in seen)
+        return models
+
+    def _hf_cache(self) -> list[LocalModel]:
+        from huggingface_hub import scan_cache_dir
+        from huggingface_hub.errors import CacheNotFound
+
+        try:
+            info = scan_cache_dir()
+        except (CacheNotFound, OSError):
+            return []
+        found = []
+        for repo in info.repos:
+            for revision in repo.revisions:
+                for f in revision.files:
+                    if f.file_name.endswith(".gguf") and not _is_shard_tail(f.file_path):
+                        model = _describe(Path(f.file_path), "hf-cache")
+                        model.repo = repo.repo_id
+                        found.append(model)
+        return found
+
+    def import_file(self, path: Path, copy: bool = False) -> LocalModel:
+        """Register a GGUF file (checked first); with copy=True, copy it into the models folder."""
+        path = Path(path).expanduser().resolve()
+        header = gguf.read_file(path)  # FileNotFoundError / GGUFError: nothing is registered
+        del header
+        manifest = hub.read_manifest(self.models_dir)
+        entry = {"source": "import", "size": path.stat().st_size, "sha256": None}
+        if copy:
+            dest = self.models_dir / "imported" / path.name
+            if dest.exists():
+                raise FileExistsError(f"{dest} already exists in the models folder")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(dest.name + ".part")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, dest)
+            key = str(dest.relative_to(self.models_dir))
+            entry["source"] = "copy"
+            path = dest
+        else:
+            key = f"import:{path}"
+            entry["path"] = str(path)
+        entry["added"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        manifest[key] = entry
+        hub.write_manifest(self.models_dir, manifest)
+        return _describe(path, "import", entry)
+
+    def resolve(self, name: str) -> Path:
+        """A library file by path, file name or `owner/repo/file` key."""
+        direct = Path(name).expanduser()
+        if direct.is_file():
+            return direct
+        matches = [
+            m.path
+            for m in self.scan(include_hf_cache=False)
+            if m.path.name == name or str(m.path).endswith(name)
+        ]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise FileNotFoundError(f"no model {name!r} in the library ({self.models_dir})")
+        raise ValueError(f"{name!r} matches several models: " + ", ".join(str(m) for m in matches))
+
+    def remove(self, path: Path) -> str:
+        """Remove a model: delete it when it lives in the models folder, else only forget the import."""
+        path = Path(path).expanduser()
+        resolved = path.resolve()
+        manifest = hub.read_manifest(self.models_dir)
+        inside = self.models_dir.resolve() in resolved.parents
+        keys = [
+            k
+            for k, e in manifest.items()
+            if ("path" in e and Path(e["path"]).resolve() == resolved)
+            or (inside and k == str(resolved.relative_to(self.models_dir.resolve())))
+        ]
+        if not keys and not inside:
+            raise FileNotFoundError(f"{path} is not in the library")
+        for k in keys:
+            del manifest[k]
+        hub.write_manifest(self.models_dir, manifest)
+        if inside:
+            resolved.unlink(missing_ok=True)
+            parent = resolved.parent
+            while parent != self.models_dir.resolve() and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
+            return f"deleted {path}"
+        return f"forgot {path} (the file itself was left where it is)"
+
+    def verify(self) -> list[tuple[LocalModel, str]]:
+        """Re-hash every recorded file and re-read every header: (model, 'ok' or what is wrong)."""
+        results = []
+        for model in self.scan(include_hf_cache=False):
+            if model.problem:
+                results.append((model, model.problem))
+                continue
+            if model.sha256:
+                actual = hub.sha256_file(model.path)
+                if actual != model.sha256:
+                    results.append((model, f"SHA-256 mismatch: expected {model.sha256}, found {actual}"))
+                    continue
+                results.append((model, "ok (SHA-256 matches the hub's)"))
+            else:
+                results.append((model, "ok (header readable; no recorded hash)"))
+        return results
