@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import keyring
+import keyring.backend
 import keyring.errors
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import (
@@ -105,11 +106,28 @@ def explain(exc: BaseException, what: str) -> HubError:
 
 
 class TokenStore:
-    """The Hugging Face token in the OS keyring; a machine without a keyring backend gets a clear error."""
+    """The Hugging Face token in the OS keyring.
+
+    Only a keyring that keeps secrets safe is used: a plain-file backend (keyrings.alt) or the
+    fail/null backends count as none, and storing then fails with a message saying what to install.
+    Tests pass their own backend explicitly.
+    """
+
+    def __init__(self, backend: keyring.backend.KeyringBackend | None = None) -> None:
+        self._backend = backend
+
+    def backend(self) -> keyring.backend.KeyringBackend:
+        if self._backend is not None:
+            return self._backend
+        chosen = keyring.get_keyring()
+        name = f"{type(chosen).__module__}.{type(chosen).__name__}"
+        if name.startswith(("keyrings.alt.", "keyring.backends.fail.", "keyring.backends.null.")):
+            raise keyring.errors.NoKeyringError(f"no secure keyring backend (found {name})")
+        return chosen
 
     def get(self) -> str | None:
         try:
-            return keyring.get_password(KEYRING_SERVICE, KEYRING_USER)
+            return self.backend().get_password(KEYRING_SERVICE, KEYRING_USER)
         except keyring.errors.KeyringError as exc:
             log.debug("keyring unavailable: %s", type(exc).__name__)
             return None
@@ -119,22 +137,22 @@ class TokenStore:
         if not token:
             raise HubError("the token is empty")
         try:
-            keyring.set_password(KEYRING_SERVICE, KEYRING_USER, token)
+            self.backend().set_password(KEYRING_SERVICE, KEYRING_USER, token)
         except keyring.errors.KeyringError as exc:
             raise HubError(
-                f"no usable keyring on this machine ({type(exc).__name__}): the token cannot be stored "
-                "safely. Install and unlock a keyring (GNOME Keyring, KWallet, macOS Keychain, Windows "
-                "Credential Manager), or set HF_TOKEN for this session."
+                f"no usable keyring on this machine ({exc or type(exc).__name__}): the token cannot be "
+                "stored safely. Install and unlock a keyring (GNOME Keyring, KWallet, macOS Keychain, "
+                "Windows Credential Manager), or set HF_TOKEN for this session."
             ) from exc
 
     def delete(self) -> bool:
         try:
-            keyring.delete_password(KEYRING_SERVICE, KEYRING_USER)
+            self.backend().delete_password(KEYRING_SERVICE, KEYRING_USER)
             return True
         except keyring.errors.PasswordDeleteError:
             return False
         except keyring.errors.KeyringError as exc:
-            raise HubError(f"no usable keyring on this machine ({type(exc).__name__})") from exc
+            raise HubError(f"no usable keyring on this machine ({exc or type(exc).__name__})") from exc
 
     def resolve(self) -> str | None:
         """The token for hub requests: the keyring's, else HF_TOKEN from the environment, else none."""

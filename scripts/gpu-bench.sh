@@ -6,6 +6,8 @@
 #   gpu-bench.sh ngram     n-gram prompt lookup
 #   gpu-bench.sh fixed     n-gram at a fixed draft length 16 (as the naive loop), argmax on device and host
 #   gpu-bench.sh cross     gemma-3-270m drafting across vocabularies, and the naive n-gram baseline
+#   gpu-bench.sh placement devices --json; one answer and tok/s per placement: all on the GPU, drafter
+#                          on the CPU, half the target's layers on the CPU (and two GPUs when there are)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=/root/gpu/site:$PWD FORESIGHT_HOME=/root/foresight-home
@@ -38,5 +40,25 @@ case "${1:-}" in
     bench --draft "$G" --draft-device gpu > "$OUT/bench-cross.txt" 2>&1
     python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 4,8,16 > "$OUT/naive-ngram.txt" 2>&1
     tail -n 22 "$OUT/bench-cross.txt"; cat "$OUT/naive-ngram.txt" | cut -c1-150 ;;
-  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross"; exit 2 ;;
+  placement)
+    python3 -m app devices --json --target "$Q" > "$OUT/devices.json" 2> "$OUT/devices.err"
+    python3 -m app devices --target "$Q" > "$OUT/devices.txt" 2>&1
+    ask() {  # placement name, then engine flags: one factual answer (greedy) with its stats
+      python3 -m app generate --target "$Q" --temperature 0 --max-tokens 48 --json "$@" \
+        "What is the capital of France? Answer in one sentence." > "$OUT/answer-$1.json" 2>&1; }
+    n=$(nvidia-smi -L | wc -l)
+    ask gpu-ngram --device gpu --ngram; ask gpu-gemma --device gpu --draft "$G" --draft-device gpu
+    ask draft-cpu --device gpu --draft "$G" --draft-device cpu; ask partial --device gpu --gpu-layers 14 --ngram
+    [ "$n" -ge 2 ] && { ask two-gpus --device gpu:0 --draft "$G" --draft-device gpu:1
+                        ask split --device gpu --tensor-split 1,1 --ngram; }
+    for f in "$OUT"/answer-*.json; do echo "$(basename "$f"): $(tail -c 600 "$f" | tr -d '\n' | cut -c1-600)"; done
+    only=edit-rename,chat-tcp-udp,write-merge-intervals
+    bench --ngram --only "$only" > "$OUT/place-gpu-ngram.txt" 2>&1
+    bench --ngram --gpu-layers 14 --only "$only" > "$OUT/place-partial-ngram.txt" 2>&1
+    bench --draft "$G" --draft-device gpu --only "$only" > "$OUT/place-gpu-gemma.txt" 2>&1
+    bench --draft "$G" --draft-device cpu --only "$only" > "$OUT/place-draftcpu-gemma.txt" 2>&1
+    [ "$n" -ge 2 ] && { bench --device gpu:0 --draft "$G" --draft-device gpu:1 --only "$only" > "$OUT/place-two-gpus.txt" 2>&1
+                        bench --tensor-split 1,1 --ngram --only "$only" > "$OUT/place-split.txt" 2>&1; }
+    tail -n 7 "$OUT"/place-*.txt | cut -c1-160 ;;
+  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|placement"; exit 2 ;;
 esac

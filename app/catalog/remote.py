@@ -124,7 +124,10 @@ class RemoteHeader:
 
 
 def read_remote_header(
-    ref: str | HubFile, token: str | None = None, client: httpx.Client | None = None
+    ref: str | HubFile,
+    token: str | None = None,
+    client: httpx.Client | None = None,
+    endpoint: str | None = None,
 ) -> RemoteHeader:
     """Read a GGUF header from the hub with Range requests; raises RemoteError or gguf.GGUFError."""
     hub_file = HubFile.parse(ref) if isinstance(ref, str) else ref
@@ -133,7 +136,7 @@ def read_remote_header(
     try:
         headers = build_hf_headers(token=token, library_name="foresight")
         headers["Accept-Encoding"] = "identity"
-        reader = RangeReader(client, hub_file.url(), headers, str(hub_file))
+        reader = RangeReader(client, hub_file.url(endpoint), headers, str(hub_file))
         header = gguf.read_header(reader, None, first_read=_FIRST_READ)
         header.file_size = reader.size
         header.check_complete()

@@ -112,7 +112,7 @@ class Engine:
                 n_batch=min(es.n_batch, 512),
                 n_threads=es.n_threads,
                 device=es.draft_device,
-                gpu_layers=es.gpu_layers,
+                gpu_layers=-1,  # gpu_layers is the target's partial offload; a drafter on a GPU goes whole
                 device_argmax=es.device_argmax,
             )
         except ModelLoadError as exc:
@@ -202,6 +202,10 @@ class Engine:
                 "n_ctx_train": t.facts.n_ctx_train,
                 "device": t.facts.device,
                 "device_reason": t.device_reason,
+                "gpu_layers": t.facts.gpu_layers,
+                "n_layer": t.facts.n_layer,
+                "main_gpu": t.main_gpu,
+                "tensor_split": t.tensor_split,
                 "threads": t.n_threads,
             },
             "chat_template": self.chat.source,
@@ -217,6 +221,8 @@ class Engine:
                 path=self.draft_model.facts.path,
                 name=self.draft_model.facts.name,
                 device=self.draft_model.facts.device,
+                gpu_layers=self.draft_model.facts.gpu_layers,
+                main_gpu=self.draft_model.main_gpu,
                 cost_per_token_ms=round(self.drafter.cost_per_token_s * 1e3, 3) if self.drafter else None,
             )
         if self.vocab_verdict is not None:

@@ -133,6 +133,14 @@ class LlamaBackend:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         mparams.main_gpu = main_gpu
+        self.main_gpu = main_gpu
+        self.tensor_split = list(tensor_split) if tensor_split else None
+        if used == "gpu" and ":" in device and not tensor_split:
+            # gpu:N pins the whole model to that GPU; plain "gpu" lets llama.cpp spread layers over all
+            mparams.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
+            self.device_reason += f"; pinned to GPU {main_gpu}"
+        if used == "gpu" and n_gpu_layers >= 0:
+            self.device_reason += f"; {n_gpu_layers} layers offloaded, the rest on the CPU"
         self._split = None
         if tensor_split:
             n_dev = llama_cpp.llama_max_devices()
