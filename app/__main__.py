@@ -113,6 +113,9 @@ def _sampling(settings: Settings):
     return SamplingParams.from_settings(settings.sampling)
 
 
+_PLACEMENT_KEYS = ("device", "device_reason", "gpu_layers", "n_layer", "main_gpu", "tensor_split", "n_ctx")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from app.engine.generation import GenerationRequest
 
@@ -132,6 +135,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             text.append(chunk.text)
             stats, finish = chunk.stats or stats, chunk.finish_reason or finish
         result = {"text": "".join(text), "finish_reason": finish, "stats": stats.as_dict() if stats else None}
+        props = engine.props()
+        result["placement"] = {
+            "target": {k: props["target"].get(k) for k in _PLACEMENT_KEYS},
+            "draft": {k: props["draft"].get(k) for k in ("source", "device", "gpu_layers", "main_gpu")},
+        }
         if args.json:
             print(json.dumps(result))
         else:

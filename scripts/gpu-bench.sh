@@ -41,24 +41,28 @@ case "${1:-}" in
     python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 4,8,16 > "$OUT/naive-ngram.txt" 2>&1
     tail -n 22 "$OUT/bench-cross.txt"; cat "$OUT/naive-ngram.txt" | cut -c1-150 ;;
   placement)
-    python3 -m app devices --json --target "$Q" > "$OUT/devices.json" 2> "$OUT/devices.err"
-    python3 -m app devices --target "$Q" > "$OUT/devices.txt" 2>&1
-    ask() {  # placement name, then engine flags: one factual answer (greedy) with its stats
+    P="$OUT/placement"; mkdir -p "$P"
+    python3 -m app devices --json --target "$Q" > "$P/devices.json" 2> "$P/devices.err"
+    python3 -m app devices --target "$Q" > "$P/devices.txt" 2>&1
+    ask() {  # placement name, then engine flags: one factual answer (greedy), where it ran, its speed
+      local name=$1; shift
       python3 -m app generate --target "$Q" --temperature 0 --max-tokens 48 --json "$@" \
-        "What is the capital of France? Answer in one sentence." > "$OUT/answer-$1.json" 2>&1; }
+        "What is the capital of France? Answer in one sentence." > "$P/answer-$name.json" 2> "$P/answer-$name.err"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); p=d['placement']; \
+print(sys.argv[2], repr(d['text']), p['target']['device_reason'], '| draft:', p['draft'])" "$P/answer-$name.json" "$name"; }
     n=$(nvidia-smi -L | wc -l)
     ask gpu-ngram --device gpu --ngram; ask gpu-gemma --device gpu --draft "$G" --draft-device gpu
     ask draft-cpu --device gpu --draft "$G" --draft-device cpu; ask partial --device gpu --gpu-layers 14 --ngram
     [ "$n" -ge 2 ] && { ask two-gpus --device gpu:0 --draft "$G" --draft-device gpu:1
                         ask split --device gpu --tensor-split 1,1 --ngram; }
-    for f in "$OUT"/answer-*.json; do echo "$(basename "$f"): $(tail -c 600 "$f" | tr -d '\n' | cut -c1-600)"; done
     only=edit-rename,chat-tcp-udp,write-merge-intervals
-    bench --ngram --only "$only" > "$OUT/place-gpu-ngram.txt" 2>&1
-    bench --ngram --gpu-layers 14 --only "$only" > "$OUT/place-partial-ngram.txt" 2>&1
-    bench --draft "$G" --draft-device gpu --only "$only" > "$OUT/place-gpu-gemma.txt" 2>&1
-    bench --draft "$G" --draft-device cpu --only "$only" > "$OUT/place-draftcpu-gemma.txt" 2>&1
-    [ "$n" -ge 2 ] && { bench --device gpu:0 --draft "$G" --draft-device gpu:1 --only "$only" > "$OUT/place-two-gpus.txt" 2>&1
-                        bench --tensor-split 1,1 --ngram --only "$only" > "$OUT/place-split.txt" 2>&1; }
-    tail -n 7 "$OUT"/place-*.txt | cut -c1-160 ;;
+    bench --ngram --only "$only" > "$P/bench-gpu-ngram.txt" 2>&1
+    bench --ngram --gpu-layers 14 --only "$only" > "$P/bench-partial-ngram.txt" 2>&1
+    bench --draft "$G" --draft-device gpu --only "$only" > "$P/bench-gpu-gemma.txt" 2>&1
+    bench --draft "$G" --draft-device cpu --only "$only" > "$P/bench-draftcpu-gemma.txt" 2>&1
+    [ "$n" -ge 2 ] && { bench --device gpu:0 --draft "$G" --draft-device gpu:1 --only "$only" > "$P/bench-two-gpus.txt" 2>&1
+                        bench --tensor-split 1,1 --ngram --only "$only" > "$P/bench-split.txt" 2>&1; }
+    for f in "$P"/bench-*.txt; do echo "== $(basename "$f")"; grep -E "^(edit|chat|write)-" "$f" | cut -c1-120; done
+    tar czf "$OUT/placement.tgz" -C "$OUT" placement && rm -rf "$P" ;;
   *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|placement"; exit 2 ;;
 esac
