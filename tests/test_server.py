@@ -154,6 +154,12 @@ def test_props_and_health(server: EngineServer) -> None:
     assert props["capabilities"] == {"tools": False, "tool_call_format": None, "fill_in_the_middle": False}
     assert props["draft"]["source"] == "ngram"
     assert props["server"]["port"] == server.port
+    target = props["target"]  # the placement the engine runs with
+    assert target["device"] == "cpu"
+    assert target["gpu_layers"] == 0
+    assert target["n_layer"] == 18
+    assert target["tensor_split"] is None
+    assert target["device_reason"]
 
 
 # --- bad input: the right status, and the server keeps serving ---------------------------------------
