@@ -26,7 +26,16 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", help="drafter GGUF (a path or a packaged model's key)")
     group.add_argument("--ngram", action="store_true", help="draft by n-gram prompt lookup")
     group.add_argument("--no-draft", action="store_true", help="plain decoding only")
-    engine_flags = ["n_ctx", "n_batch", "n_threads", "device", "draft_device", "gpu_layers", "tensor_split", "device_argmax"]
+    engine_flags = [
+        "n_ctx",
+        "n_batch",
+        "n_threads",
+        "device",
+        "draft_device",
+        "gpu_layers",
+        "tensor_split",
+        "device_argmax",
+    ]
     add_section_flags(p, "engine", engine_flags)
     add_section_flags(p, "draft", ["max_draft", "adaptive", "ngram_min", "ngram_max"])
 

@@ -75,6 +75,7 @@ class ModelsSettings(Section):
 
     dir: str | None = Field(None, description="models folder (unset: 'models' in the platform data dir)")
     hf_cache: bool = Field(True, description="list GGUF files of the Hugging Face cache in the library")
+    catalog: str | None = Field(None, description="a pairs catalog file to use instead of the built-in one")
 
     def folder(self) -> Path:
         if self.dir:

@@ -168,6 +168,7 @@ class FileSpec:
     filename: str
     role: str = "target"  # target | drafter | mmproj
     revision: str = "main"
+    catalog_sha256: str = ""  # the hash the catalog recorded, when it has one
 
     @property
     def what(self) -> str:
@@ -300,6 +301,14 @@ class DownloadJob:
             if meta.size is None or meta.commit_hash is None:
                 raise HubError(f"{spec.what}: the hub did not report the file's size and commit")
             etag = (meta.etag or "").lower()
+            if spec.catalog_sha256 and _SHA256.match(etag) and etag != spec.catalog_sha256:
+                log.warning(
+                    "%s: the hub's file (SHA-256 %s) is not the one the catalog recorded (%s); the "
+                    "publisher has replaced it. The download is verified against the hub's hash.",
+                    spec.what,
+                    etag,
+                    spec.catalog_sha256,
+                )
             final = library_path(self.models_dir, spec.repo, spec.filename)
             part = library_path(self.models_dir / PARTIAL_DIR, spec.repo, spec.filename + ".part")
             p = PlannedFile(

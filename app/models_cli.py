@@ -74,6 +74,13 @@ def _library() -> Library:
     return Library(load_settings().models.folder())
 
 
+def _catalog() -> list:
+    from app.catalog import curated
+
+    path = load_settings().models.catalog
+    return curated.load(Path(path).expanduser() if path else None)
+
+
 def open_header(ref: str, token: str | None = None) -> tuple[gguf.GGUFHeader, str, dict | None]:
     """(header, label, remote read figures or None) for a path, library name, packaged key or hf:// ref."""
     from app.catalog import gguf, remote
@@ -157,9 +164,8 @@ def _installed(pair: curated.Pair, models_dir: Path) -> bool:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from app.catalog import curated
 
-    pairs = curated.load()
+    pairs = _catalog()
     fits = _fit_for_machine(pairs, args.n_ctx)
     models_dir = load_settings().models.folder()
     rows = []
@@ -224,7 +230,7 @@ def _specs(what: list[str]) -> list:
     from app.catalog import curated, remote
 
     if len(what) == 1 and not what[0].startswith(remote.SCHEME):
-        return curated.find(what[0]).file_specs()
+        return curated.find(what[0], _catalog()).file_specs()
     specs = []
     for ref in what:
         f = remote.HubFile.parse(ref)
@@ -303,7 +309,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     from app import hub
-    from app.catalog import curated, gguf, pairing, remote
+    from app.catalog import gguf, pairing, remote
 
     token = hub.TokenStore().resolve()
     target, t_label, _ = open_header(args.target, token)
@@ -315,7 +321,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         candidates.append((str(m.path), gguf.read_file(m.path), "library"))
     if not args.offline:
         seen = set()
-        for p in curated.load():
+        for p in _catalog():
             ref = f"hf://{p.drafter.repo}/{p.drafter.first}"
             if ref in seen or p.drafter.size >= t_bytes:
                 continue

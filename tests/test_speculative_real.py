@@ -165,6 +165,7 @@ def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:
 
     steady = {1: 1.98e-3, 2: 2.26e-3, 4: 2.94e-3, 8: 4.0e-3, 17: 5.1e-3}
     switch = {1: 2.5e-3, 2: 3.5e-3, 17: 4.5e-3}
+
     class ShortDrafter(NgramDrafter):  # every other draft stops after 3 tokens
         calls = 0
 

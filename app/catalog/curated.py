@@ -41,7 +41,8 @@ class ModelFile:
         )
 
     def specs(self, role: str) -> list[FileSpec]:
-        return [FileSpec(self.repo, f, role) for f in self.files]
+        sha = self.sha256 if len(self.files) == 1 else ""
+        return [FileSpec(self.repo, f, role, catalog_sha256=sha) for f in self.files]
 
     @property
     def first(self) -> str:
