@@ -151,8 +151,13 @@ def _fit_for_machine(pairs: list[curated.Pair], n_ctx: int) -> dict[str, dict]:
         for d in found:
             label = "cpu" if not d.is_gpu else f"gpu:{d.index} {d.name}"
             per_device.append(fit.fit_on(need, label, d.free_bytes, placement.n_ctx).summary())
-        gpu = placement.device != "cpu"
-        badge = f"fits {placement.device} @ {placement.n_ctx // 1024}k" if gpu else "CPU only"
+        ctx = f"{placement.n_ctx // 1024}k"
+        if placement.device != "cpu":
+            badge = f"fits {placement.device} @ {ctx}"
+        elif "RAM is short" in placement.reason:
+            badge = "too large for this machine"
+        else:
+            badge = f"CPU only @ {ctx}"
         out[p.id] = {"badge": badge, "placement": placement.as_dict(), "devices": per_device}
     return out
 
@@ -381,6 +386,8 @@ def cmd_library(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     results = _library().verify()
+    if not results and not args.json:
+        print("no models in the library")
     bad = [(m, why) for m, why in results if not why.startswith("ok")]
     if args.json:
         print(json.dumps({"results": [{"path": str(m.path), "result": why} for m, why in results]}))

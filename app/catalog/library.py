@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class LocalModel:
     path: Path
     size: int
-    source: str  # hub | import | copy | found | hf-cache
+    source: str  # hub | import | copy | found | packaged | hf-cache
     architecture: str = ""
     name: str = ""
     repo: str = ""
@@ -90,9 +90,27 @@ class Library:
                     continue
                 seen.add(path.resolve())
                 models.append(_describe(path, "found"))
+        for model in self._packaged():
+            if model.path.resolve() not in seen:
+                seen.add(model.path.resolve())
+                models.append(model)
         if include_hf_cache:
             models.extend(m for m in self._hf_cache() if m.path.resolve() not in seen)
         return models
+
+    def _packaged(self) -> list[LocalModel]:
+        """The models installed from PyPI packages (the default model), once assembled."""
+        from app import paths
+        from app.catalog.packaged import PACKAGED
+
+        found = []
+        for key, packaged in PACKAGED.items():
+            path = paths.cache_dir() / "packaged-models" / packaged.file_name
+            if path.with_suffix(".verified").exists() and path.exists():
+                model = _describe(path, "packaged")
+                model.repo, model.sha256 = f"packaged:{key}", packaged.sha256
+                found.append(model)
+        return found
 
     def _hf_cache(self) -> list[LocalModel]:
         from huggingface_hub import scan_cache_dir

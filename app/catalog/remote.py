@@ -96,7 +96,7 @@ class RangeReader(io.RawIOBase):
         try:
             response = self._client.get(self._url, headers=headers)
         except httpx.HTTPError as exc:
-            raise RemoteError(f"{self._what}: {exc}") from exc
+            raise RemoteError(f"{self._what}: cannot reach the hub ({exc})") from exc
         self.requests += 1
         if response.status_code == 416:  # range past the end: the file is shorter than the header claims
             return b""
