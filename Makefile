@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 ARGS ?=
 
-.PHONY: run serve test lint bench clean
+.PHONY: run serve test lint bench installer clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: lint
 
 bench: $(VENV)/.run-deps
 	$(PY) -m app bench $(ARGS)
+
+# Linux bundle + self-extracting installer in dist/ (installer/build.sh says what each step does).
+# WITH_MODEL=1 embeds the default model; EXTRAS=cuda12 adds CuPy for CUDA 12.
+installer: $(VENV)/.dev-deps
+	WITH_MODEL=$(WITH_MODEL) EXTRAS=$(EXTRAS) PYTHON=$(PYTHON) bash installer/build.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

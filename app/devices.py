@@ -15,6 +15,7 @@ from app.catalog.fit import CONTEXT_TIERS as FIT_TIERS
 from app.catalog.fit import GIB, PairNeed
 
 PROBE_TIMEOUT_S = 20.0
+PROBE_FLAG = "--device-probe"  # how a frozen build runs one probe in a child: Foresight --device-probe nvml
 BUSY_UTILISATION = 50  # percent; above it a device is someone else's
 # automatic placement sizes the context up to 32k; larger contexts are an explicit choice
 CONTEXT_TIERS = tuple(c for c in FIT_TIERS if c <= 32768)
@@ -197,7 +198,9 @@ def probe_llama() -> ProbeResult:
     except ImportError:
         result.error = "library missing: llama_cpp"
         return result
-    llama_cpp.llama_backend_init()
+    from app.engine.backends.llama import ensure_backend
+
+    ensure_backend()  # also loads the backends of a GGML_BACKEND_DL build
     result.info["gpu_offload"] = bool(llama_cpp.llama_supports_gpu_offload())
     result.info["max_devices"] = int(llama_cpp.llama_max_devices())
     try:
@@ -321,7 +324,10 @@ PROBES = {
 
 def run_probe_in_child(path: str, timeout: float = PROBE_TIMEOUT_S, target: str = "") -> ProbeResult:
     """Run one probe in a child Python process; a hang or crash becomes this path's error."""
-    command = [sys.executable, "-m", "app.devices", "--probe", path]
+    if getattr(sys, "frozen", False):  # the bundle dispatches this flag itself (installer/entry.py)
+        command = [sys.executable, PROBE_FLAG, path]
+    else:
+        command = [sys.executable, "-m", "app.devices", "--probe", path]
     if target:
         command = [sys.executable, "-c", target]
     try:
@@ -501,12 +507,16 @@ def report(discovery: Discovery) -> str:
     return "\n".join(lines)
 
 
-def _probe_main(path: str) -> int:
+def probe_main(path: str) -> int:
+    """Run one discovery path and print its result as one JSON line (the child's half of a probe)."""
+    if path not in PROBES:
+        print(f"unknown probe {path!r}: one of {', '.join(PROBES)}", file=sys.stderr)
+        return 2
     print(json.dumps(asdict(PROBES[path]())))
     return 0
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--probe"] and len(sys.argv) == 3:
-        sys.exit(_probe_main(sys.argv[2]))
+        sys.exit(probe_main(sys.argv[2]))
     print(report(discover()))

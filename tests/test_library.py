@@ -12,7 +12,12 @@ import pytest
 
 from app import hub
 from app.catalog import gguf
-from app.catalog.library import Library
+from app.catalog.library import Library, LocalModel
+
+
+def _own(models: list[LocalModel]) -> list[LocalModel]:
+    """The library minus the packaged test models, which every machine running these tests has."""
+    return [m for m in models if m.source != "packaged"]
 
 
 @pytest.fixture
@@ -34,12 +39,12 @@ def test_import_in_place_registers_without_copying_and_remove_only_forgets(
     model = lib.import_file(gemma_link)
     assert model.architecture == "gemma3"
     assert model.source == "import"
-    listed = lib.scan(include_hf_cache=False)
+    listed = _own(lib.scan(include_hf_cache=False))
     assert [m.path for m in listed] == [gemma_link.resolve()]
     assert not any((tmp_path / "models").rglob("*.gguf"))  # nothing was copied
     assert "forgot" in lib.remove(gemma_link)
     assert gemma_link.exists()  # the user's own file is never deleted
-    assert lib.scan(include_hf_cache=False) == []
+    assert _own(lib.scan(include_hf_cache=False)) == []
 
 
 def test_import_by_copy_then_remove_deletes_the_copy(tmp_path: Path, gemma_link: Path) -> None:
@@ -71,7 +76,7 @@ def test_scan_finds_dropped_files_and_reports_broken_ones(tmp_path: Path, gemma_
     os.link(gemma_link, models / "mine" / "g.gguf")
     (models / "mine" / "broken.gguf").write_bytes(gemma_link.read_bytes()[:4096])
     (models / "mine" / "big-00002-of-00002.gguf").write_bytes(b"GGUF")  # a later shard: not listed
-    found = {m.path.name: m for m in Library(models).scan(include_hf_cache=False)}
+    found = {m.path.name: m for m in _own(Library(models).scan(include_hf_cache=False))}
     assert set(found) == {"g.gguf", "broken.gguf"}
     assert found["g.gguf"].source == "found"
     assert not found["g.gguf"].problem
@@ -86,13 +91,13 @@ def test_verify_catches_a_changed_byte_in_a_downloaded_file(tmp_path: Path, gemm
     key = str(final.relative_to(models))
     hub.write_manifest(models, {key: {"source": "hub", "sha256": hub.sha256_file(final), "size": 1}})
     lib = Library(models)
-    assert [why.split(" ")[0] for _, why in lib.verify()] == ["ok"]
+    assert [why.split(" ")[0] for m, why in lib.verify() if m.source != "packaged"] == ["ok"]
     with final.open("r+b") as f:
         f.seek(100_000_000)
         byte = f.read(1)
         f.seek(100_000_000)
         f.write(bytes([byte[0] ^ 0xFF]))
-    (result,) = lib.verify()
+    (result,) = [r for r in lib.verify() if r[0].source != "packaged"]
     assert "SHA-256 mismatch" in result[1]
 
 
@@ -110,12 +115,14 @@ def test_cli_import_library_remove(tmp_path: Path, gemma_link: Path) -> None:
 
     assert cli("import", str(gemma_link)).returncode == 0
     listed = json.loads(cli("library", "--json").stdout)
-    assert [m["path"] for m in listed["models"]] == [str(gemma_link.resolve())]
+    assert [m["path"] for m in listed["models"] if m["source"] != "packaged"] == [str(gemma_link.resolve())]
     refused = cli("remove", "gemma.gguf")
     assert refused.returncode == 2
     assert "--yes" in refused.stderr
     assert cli("remove", "gemma.gguf", "--yes").returncode == 0
-    assert json.loads(cli("library", "--json").stdout)["models"] == []
+    assert [
+        m for m in json.loads(cli("library", "--json").stdout)["models"] if m["source"] != "packaged"
+    ] == []
     bad = cli("import", str(tmp_path / "missing.gguf"))
     assert bad.returncode == 1
     assert "no such model file" in bad.stderr

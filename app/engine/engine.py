@@ -101,7 +101,9 @@ class Engine:
         t = self.target
         st = t.path.stat()
         argmax = "dev" if t.supports_device_argmax else "host"
-        return f"{t.path.name}:{st.st_size}:{t.facts.device}:{t.n_threads}t:{t.n_batch}b:{argmax}"
+        # where the layers sit changes the verify costs: partial offload, a pinned GPU, a split
+        place = f"{t.facts.device}{t.main_gpu}:{t.facts.gpu_layers}l:{t.tensor_split or ''}"
+        return f"{t.path.name}:{st.st_size}:{place}:{t.n_threads}t:{t.n_batch}b:{argmax}"
 
     def _load_drafter(self, path: Path) -> Drafter:
         es = self.settings.engine

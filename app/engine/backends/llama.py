@@ -40,17 +40,34 @@ def _on_native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None
     _native_log.log(py_level, line)
 
 
-def _ensure_backend() -> None:
+def _load_dynamic_backends() -> None:
+    """A GGML_BACKEND_DL build (the installer's portable one) registers no backend by itself: load them
+    from llama_cpp's library folder, where ggml picks the best CPU variant for this machine."""
+    lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
+    names = ("libggml.so", "libggml.dylib", "ggml.dll")
+    path = next((lib_dir / n for n in names if (lib_dir / n).exists()), None)
+    if path is None:
+        return
+    ggml = ctypes.CDLL(str(path))
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    if ggml.ggml_backend_reg_count() == 0:
+        ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+        log.info("loaded %d ggml backends from %s", ggml.ggml_backend_reg_count(), lib_dir)
+
+
+def ensure_backend() -> None:
     global _initialised
     with _init_lock:
         if not _initialised:
             llama_cpp.llama_log_set(_on_native_log, ctypes.c_void_p(0))
+            _load_dynamic_backends()
             llama_cpp.llama_backend_init()
             _initialised = True
 
 
 def gpu_offload_supported() -> bool:
-    _ensure_backend()
+    ensure_backend()
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
@@ -128,7 +145,7 @@ class LlamaBackend:
         self.header = read_model_header(self.path)
         if not self.header.architecture:
             raise ModelLoadError(f"{self.path.name} has no general.architecture: not a model file")
-        _ensure_backend()
+        ensure_backend()
         used, n_gpu_layers, main_gpu, self.device_reason = _resolve_device(device, gpu_layers)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers

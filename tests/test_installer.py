@@ -1,0 +1,131 @@
+"""The frozen bundle (`make installer`): its engine serves, its probes run, its installer installs.
+
+These run when the bundle has been built (.ci/run builds it after `make test`); with
+FORESIGHT_INSTALLER_TEST=1 a missing bundle fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "build" / "installer" / "dist" / "Foresight"
+EXE = BUNDLE / "Foresight"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def exe() -> Path:
+    if not EXE.exists():
+        if os.environ.get("FORESIGHT_INSTALLER_TEST") == "1":
+            pytest.fail(f"no frozen bundle at {BUNDLE}: run `make installer` first")
+        pytest.skip("no frozen bundle: `make installer` builds it")
+    return EXE
+
+
+@pytest.fixture(scope="module")
+def frozen_engine(exe: Path, gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    env = {**os.environ, "FORESIGHT_HOME": str(tmp_path_factory.mktemp("frozen-home"))}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.Popen(
+        [str(exe), "--engine", "--target", str(gemma_path), "--ngram", "--port", "0", "--n-ctx", "1024"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        port = None
+        for line in proc.stdout:
+            if line.startswith("READY port="):
+                port = int(line.split("=", 1)[1])
+                break
+        assert port, "the frozen engine exited before READY"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0  # a clean stop on SIGTERM
+
+
+def test_frozen_engine_answers(frozen_engine: str) -> None:
+    assert httpx.get(f"{frozen_engine}/health", timeout=10).status_code == 200
+    response = httpx.post(
+        f"{frozen_engine}/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "Count: one, two, three,"}],
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["choices"][0]["message"]["content"].strip()
+    assert body["usage"]["completion_tokens"] > 0
+
+
+def test_frozen_device_probes_run_in_children(exe: Path) -> None:
+    one = subprocess.run([str(exe), "--device-probe", "cpu"], capture_output=True, text=True, timeout=60)
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout)["devices"][0]["kind"] == "cpu"
+    every = subprocess.run([str(exe), "devices", "--json"], capture_output=True, text=True, timeout=180)
+    assert every.returncode == 0, every.stderr
+    paths = {p["path"]: p for p in json.loads(every.stdout)["probes"]}
+    assert paths["cpu"]["devices"]
+    assert paths["llama.cpp"]["devices"], "the portable build loads its CPU backend variant"
+
+
+def test_frozen_catalog_is_bundled(exe: Path) -> None:
+    out = subprocess.run([str(exe), "models", "list", "--json"], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["pairs"]) >= 10
+
+
+def test_linux_installer_installs_and_uninstalls(exe: Path, tmp_path: Path) -> None:
+    runs = sorted((ROOT / "dist").glob("Foresight-*-linux-x86_64.run"))
+    if not runs:
+        pytest.fail("make installer wrote no .run installer")
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+    done = subprocess.run(["sh", str(runs[-1])], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = home / ".local" / "share"
+    desktop = data / "applications" / "foresight.desktop"
+    assert "Exec=" in desktop.read_text()
+    assert (data / "icons" / "hicolor" / "256x256" / "apps" / "foresight.png").exists()
+    installed = home / ".local" / "bin" / "foresight"
+    version = subprocess.run([str(installed), "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0
+    assert version.stdout.startswith("Foresight")
+    (data / "Foresight" / "chats.sqlite3").write_text("user data")
+    gone = subprocess.run(
+        ["sh", str(data / "Foresight" / "uninstall.sh")], capture_output=True, text=True, env=env
+    )
+    assert gone.returncode == 0, gone.stderr
+    assert not desktop.exists()
+    assert not installed.exists()
+    assert not (data / "Foresight" / "app").exists()
+    assert (data / "Foresight" / "chats.sqlite3").exists(), "uninstall keeps user data without --purge"
+
+
+def test_unfrozen_entry_point_matches() -> None:
+    """installer/entry.py is what the bundle runs; unfrozen it dispatches the same way."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "installer" / "entry.py"), "--device-probe", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["path"] == "cpu"
