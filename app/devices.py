@@ -219,9 +219,11 @@ def _ggml_devices(llama_cpp: Any) -> list[Device]:
     """llama.cpp's own backend device list, read from libggml (the 0.3.x bindings do not wrap it)."""
     import ctypes
 
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    names = {"linux": "libggml.so", "darwin": "libggml.dylib", "win32": "ggml.dll"}
-    ggml = ctypes.CDLL(str(lib_dir / names.get(sys.platform, "libggml.so")))
+    from app.engine.backends.llama import ggml_library
+
+    ggml = ggml_library()
+    if ggml is None:
+        raise OSError("libggml not found next to llama.cpp")
     ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
     ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]

@@ -13,12 +13,14 @@ The token lives in the OS keyring (service "Foresight"), never in files or logs.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -26,9 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
+import httpx2
 import keyring
 import keyring.backend
 import keyring.errors
+from filelock import FileLock
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -97,12 +101,27 @@ def explain(exc: BaseException, what: str) -> HubError:
                 status,
             )
         return HubError(status_message(status, what), status)
-    if isinstance(exc, httpx.HTTPError | OSError):
-        return HubError(f"{what}: network error: {exc}")
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return HubError(f"{what}: the disk is full. Free some space; the download resumes where it stopped.")
+    if isinstance(exc, httpx.HTTPError | httpx2.HTTPError):
+        return HubError(f"{what}: network error, the hub could not be reached or the transfer broke ({exc})")
+    if isinstance(exc, OSError):
+        return HubError(f"{what}: {exc}")
     return HubError(f"{what}: {exc}")
 
 
 # --- token (OS keyring) -----------------------------------------------------------------------------
+
+
+def _backend_name(backend: object) -> str:
+    return f"{type(backend).__module__}.{type(backend).__name__}"
+
+
+def _insecure(backend: object) -> bool:
+    """Plain-file (keyrings.alt), fail and null backends do not keep a secret safe."""
+    return _backend_name(backend).startswith(
+        ("keyrings.alt.", "keyring.backends.fail.", "keyring.backends.null.")
+    )
 
 
 class TokenStore:
@@ -120,10 +139,23 @@ class TokenStore:
         if self._backend is not None:
             return self._backend
         chosen = keyring.get_keyring()
-        name = f"{type(chosen).__module__}.{type(chosen).__name__}"
-        if name.startswith(("keyrings.alt.", "keyring.backends.fail.", "keyring.backends.null.")):
-            raise keyring.errors.NoKeyringError(f"no secure keyring backend (found {name})")
-        return chosen
+        # a chainer tries its backends in turn: only the secure ones among them count
+        candidates = (
+            getattr(chosen, "backends", None) if type(chosen).__name__ == "ChainerBackend" else [chosen]
+        )
+        secure = [b for b in candidates or [] if not _insecure(b)]
+        if not secure:
+            found = ", ".join(_backend_name(b) for b in candidates or [chosen])
+            raise keyring.errors.NoKeyringError(f"no secure keyring backend (found {found})")
+        return secure[0]
+
+    def available(self) -> str:
+        """'' when a secure keyring can be used, else why not."""
+        try:
+            self.backend()
+        except keyring.errors.KeyringError as exc:
+            return str(exc) or type(exc).__name__
+        return ""
 
     def get(self) -> str | None:
         try:
@@ -213,17 +245,22 @@ class JobResult:
 
 
 def library_path(models_dir: Path, repo: str, filename: str) -> Path:
-    """Where a hub file lives in the models folder: <models>/<owner>/<repo>/<filename>."""
-    safe = [p for p in (*repo.split("/"), *filename.split("/")) if p not in ("", ".", "..")]
-    return models_dir.joinpath(*safe)
+    """Where a hub file lives in the models folder: <models>/<owner>/<repo>/<filename>.
+
+    Raises ValueError for names that could leave the folder (.., absolute paths, backslashes, drives).
+    """
+    parts = [*repo.split("/"), *filename.split("/")]
+    if len(repo.split("/")) != 2 or any(p in ("", ".", "..") or "\\" in p or ":" in p for p in parts):
+        raise ValueError(f"unsafe or malformed hub name: {repo}/{filename}")
+    return models_dir.joinpath(*parts)
 
 
-def sha256_file(path: Path, stop: threading.Event | None = None) -> str:
+def sha256_file(path: Path, stop: threading.Event | None = None, paused: Callable[[], bool] = bool) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(4 << 20):
             if stop is not None and stop.is_set():
-                raise DownloadStopped(paused=True)
+                raise DownloadStopped(paused=paused())
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -311,19 +348,21 @@ class DownloadJob:
                 )
             final = library_path(self.models_dir, spec.repo, spec.filename)
             part = library_path(self.models_dir / PARTIAL_DIR, spec.repo, spec.filename + ".part")
-            p = PlannedFile(
-                spec,
-                meta.size,
-                etag if _SHA256.match(etag) else None,
-                meta.commit_hash,
-                meta.location,
-                final,
-                part,
-            )
+            # transfers go through the hub's resolve URL pinned to this commit (not the signed CDN link
+            # of the HEAD, which expires): the token goes to the hub only; redirects drop it
+            url = hf_hub_url(spec.repo, spec.filename, revision=meta.commit_hash, endpoint=self.endpoint)
+            sha = etag if _SHA256.match(etag) else None
+            p = PlannedFile(spec, meta.size, sha, meta.commit_hash, url, final, part)
             if final.is_file() and _installed_matches(self.models_dir, p):
+                p.installed, p.have = True, p.size
+            elif final.is_file() and sha and final.stat().st_size == p.size and sha256_file(final) == sha:
+                _record(self.models_dir, p)  # installed by a run that stopped before recording it
                 p.installed, p.have = True, p.size
             elif part.is_file() and _part_matches(part, p):
                 p.have = min(part.stat().st_size, p.size)
+            else:  # a partial file of another version (or without its record) is not resumed
+                part.unlink(missing_ok=True)
+                _sidecar(part).unlink(missing_ok=True)
             planned.append(p)
         self.plan_ = planned
         return planned
@@ -342,6 +381,8 @@ class DownloadJob:
     # running ------------------------------------------------------------------------------------
 
     def run(self) -> JobResult:
+        """Download, verify and install every file; raises HubError, or DownloadStopped on pause/cancel."""
+        self._stop.clear()
         result = JobResult()
         try:
             planned = self.plan()
@@ -353,8 +394,7 @@ class DownloadJob:
                     "downloading", p.spec.filename, p.spec.role, p.have, p.size, done_before + p.have, total
                 )
                 if not p.installed:
-                    result.bytes_resumed += p.have
-                    self._fetch_verified(p, done_before, total, result)
+                    self._fetch_locked(p, done_before, total, result)
                 result.paths.append(p.final)
                 done_before += p.size
             self._emit(Progress("done", done=total, total=total, message=f"{len(planned)} file(s) ready"))
@@ -367,16 +407,30 @@ class DownloadJob:
                     _sidecar(p.part).unlink(missing_ok=True)
             self._emit(Progress(state, done=self.progress.done, total=self.progress.total))
             raise
-        except HubError as exc:
-            self._emit(Progress("failed", message=str(exc)))
-            raise
+        except Exception as exc:
+            error = explain(exc, self.progress.file or "download")
+            self._emit(Progress("failed", message=str(error)))
+            if error is exc:
+                raise
+            raise error from exc
+
+    def _fetch_locked(self, p: PlannedFile, done_before: int, total: int, result: JobResult) -> None:
+        """One job at a time per file: pairs share drafters, and the GUI and the CLI may both pull."""
+        p.part.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(p.part) + ".lock"):
+            if p.final.is_file() and _installed_matches(self.models_dir, p):
+                p.installed = True  # another job finished it while this one waited
+                return
+            have = p.part.stat().st_size if p.part.is_file() and _part_matches(p.part, p) else 0
+            result.bytes_resumed += min(have, p.size)
+            self._fetch_verified(p, done_before, total, result)
 
     def _fetch_verified(self, p: PlannedFile, done_before: int, total: int, result: JobResult) -> None:
         for attempt in (1, 2):
             fetched = self._fetch(p, done_before, total)
             result.bytes_downloaded += fetched
             self._emit(self._snapshot(p, "verifying", done_before, total, p.size))
-            actual = sha256_file(p.part, self._stop) if p.sha256 else None
+            actual = sha256_file(p.part, self._stop, lambda: self._paused) if p.sha256 else None
             if p.part.stat().st_size == p.size and actual == p.sha256:
                 break
             log.warning("%s failed verification (attempt %d)", p.spec.what, attempt)
@@ -397,6 +451,8 @@ class DownloadJob:
     def _fetch(self, p: PlannedFile, done_before: int, total: int) -> int:
         """Bring the .part file up to the full size; returns the bytes fetched."""
         p.part.parent.mkdir(parents=True, exist_ok=True)
+        if not _part_matches(p.part, p):  # never append to bytes of another version
+            p.part.unlink(missing_ok=True)
         _sidecar(p.part).write_text(json.dumps({"size": p.size, "sha256": p.sha256, "commit": p.commit}))
         have = p.part.stat().st_size if p.part.exists() else 0
         if have > p.size:
@@ -469,33 +525,44 @@ def _part_matches(part: Path, p: PlannedFile) -> bool:
         meta = json.loads(_sidecar(part).read_text())
     except (OSError, ValueError):
         return False
-    return meta.get("size") == p.size and meta.get("sha256") == p.sha256
+    same = meta.get("size") == p.size and meta.get("sha256") == p.sha256
+    return same and (p.sha256 is not None or meta.get("commit") == p.commit)
 
 
 def read_manifest(models_dir: Path) -> dict[str, dict]:
+    """The record of installed files; an unreadable one is set aside (never overwritten) and read as empty."""
+    path = models_dir / MANIFEST
     try:
-        data = json.loads((models_dir / MANIFEST).read_text())
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable %s: %s", models_dir / MANIFEST, exc)
+        aside = path.with_name(f"{MANIFEST}.bad-{int(time.time())}")
+        log.warning("%s is unreadable (%s); kept as %s", path, exc, aside.name)
+        os.replace(path, aside)
         return {}
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 def write_manifest(models_dir: Path, data: dict[str, dict]) -> None:
     """Write the manifest atomically (a crash leaves the old or the new one, never half of it)."""
     models_dir.mkdir(parents=True, exist_ok=True)
-    tmp = models_dir / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", dir=models_dir)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, models_dir / MANIFEST)
 
 
-_manifest_lock = threading.Lock()
+def manifest_lock(models_dir: Path) -> FileLock:
+    """Held around every read-modify-write of the manifest, across threads and processes."""
+    models_dir.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(models_dir / f".{MANIFEST}.lock"))
 
 
 def _record(models_dir: Path, p: PlannedFile) -> None:
-    with _manifest_lock:
+    with manifest_lock(models_dir):
         data = read_manifest(models_dir)
         key = str(p.final.relative_to(models_dir))
         data[key] = {

@@ -427,6 +427,8 @@ def cmd_token(args: argparse.Namespace) -> int:
         print("token stored in the OS keyring")
     elif args.action == "clear":
         print("token removed" if store.delete() else "no token was stored")
+    elif why := store.available():
+        print(f"no usable keyring on this machine ({why}); HF_TOKEN can hold a token for one session")
     else:
         print("a token is stored in the OS keyring" if store.get() else "no token stored")
     return 0

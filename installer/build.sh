@@ -46,9 +46,13 @@ if [ -n "$gemma" ]; then
     t0=$(date +%s%N)
     "$B/dist/Foresight/Foresight" --engine --target "$gemma" --no-draft --port 0 > "$log" 2>&1 &
     pid=$!
-    while ! grep -q '^READY' "$log" && kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    for _ in $(seq 1 1200); do  # at most 60 s
+        grep -q '^READY' "$log" || ! kill -0 "$pid" 2>/dev/null && break
+        sleep 0.05
+    done
     t1=$(date +%s%N)
-    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
     grep -q '^READY' "$log" && echo "cold start to READY (gemma-3-270m, CPU): $(( (t1 - t0) / 1000000 )) ms" \
         || { echo "the frozen engine did not start:"; tail -5 "$log"; exit 1; }
 fi

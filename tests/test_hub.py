@@ -302,3 +302,71 @@ def test_no_secure_keyring_gives_a_clear_error() -> None:
     assert store.get() is None
     with pytest.raises(hub.HubError, match="cannot be stored safely"):
         store.set(TOKEN)
+
+
+def test_a_partial_file_of_another_version_is_not_resumed(hubsrv: FakeHub, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    part = hub.library_path(models / hub.PARTIAL_DIR, GEMMA_REPO, GEMMA_FILE + ".part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"\x00" * (8 << 20))  # bytes of a file the hub no longer serves
+    part.with_name(part.name + ".json").write_text(json.dumps({"size": 1, "sha256": "0" * 64, "commit": "x"}))
+    result = _job(hubsrv, models, [_gemma_spec()]).run()
+    assert result.bytes_resumed == 0
+    assert result.refetched == []  # started over cleanly rather than appending and failing the hash
+    assert hub.sha256_file(result.paths[0]) == GEMMA_270M.sha256
+
+
+def test_the_same_job_resumes_after_a_pause(hubsrv: FakeHub, tmp_path: Path) -> None:
+    job: hub.DownloadJob
+    paused = []
+
+    def pause_once(p: hub.Progress) -> None:
+        if p.state == "downloading" and p.file_done >= 30 << 20 and not paused:
+            paused.append(p.file_done)
+            job.pause()
+
+    job = _job(hubsrv, tmp_path / "models", [_gemma_spec()], on_progress=pause_once)
+    with pytest.raises(hub.DownloadStopped):
+        job.run()
+    result = job.run()  # the GUI's resume button calls run() again on the same job
+    assert result.bytes_resumed > 0
+    assert hub.sha256_file(result.paths[0]) == GEMMA_270M.sha256
+
+
+def test_a_file_installed_before_a_crash_is_recorded_not_fetched_again(
+    hubsrv: FakeHub, tmp_path: Path, gemma_path: Path
+) -> None:
+    models = tmp_path / "models"
+    final = hub.library_path(models, GEMMA_REPO, GEMMA_FILE)
+    final.parent.mkdir(parents=True)
+    os.link(gemma_path, final)  # renamed into place, then the process died before the manifest write
+    result = _job(hubsrv, models, [_gemma_spec()]).run()
+    assert result.bytes_downloaded == 0
+    assert hubsrv.bytes_sent(*GEMMA) == 0
+    assert hub.read_manifest(models)[f"{GEMMA_REPO}/{GEMMA_FILE}"]["sha256"] == GEMMA_270M.sha256
+
+
+def test_an_unreadable_manifest_is_set_aside_not_overwritten(tmp_path: Path) -> None:
+    (tmp_path / hub.MANIFEST).write_text("{ half a manifest")
+    assert hub.read_manifest(tmp_path) == {}
+    (aside,) = tmp_path.glob(f"{hub.MANIFEST}.bad-*")
+    assert aside.read_text() == "{ half a manifest"
+
+
+@pytest.mark.parametrize(
+    ("repo", "filename"),
+    [("a/b", "../../etc/x.gguf"), ("a/b", "c:\\x.gguf"), ("a/b/c", "x.gguf"), ("..", "x")],
+)
+def test_hub_names_cannot_leave_the_models_folder(tmp_path: Path, repo: str, filename: str) -> None:
+    with pytest.raises(ValueError, match="unsafe"):
+        hub.library_path(tmp_path, repo, filename)
+
+
+def test_a_server_that_ignores_range_is_refused_before_the_weights(hubsrv: FakeHub) -> None:
+    hubsrv.ignore_range = True
+    try:
+        with pytest.raises(remote.RemoteError, match="does not answer HTTP Range"):
+            remote.read_remote_header(f"hf://{GEMMA_REPO}/{GEMMA_FILE}", endpoint=hubsrv.url)
+    finally:
+        hubsrv.ignore_range = False
+    assert hubsrv.bytes_sent(*GEMMA) < GEMMA_270M.size // 10  # the body was not read on

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,23 +35,25 @@ def exe() -> Path:
 
 @pytest.fixture(scope="module")
 def frozen_engine(exe: Path, gemma_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {**os.environ, "FORESIGHT_HOME": str(tmp_path_factory.mktemp("frozen-home"))}
+    home = tmp_path_factory.mktemp("frozen-home")
+    env = {**os.environ, "FORESIGHT_HOME": str(home)}
     env.pop("PYTHONPATH", None)
-    proc = subprocess.Popen(
-        [str(exe), "--engine", "--target", str(gemma_path), "--ngram", "--port", "0", "--n-ctx", "1024"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    log = home / "engine.log"  # a file, not a pipe: nothing can fill up and stall the engine
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(exe), "--engine", "--target", str(gemma_path), "--ngram", "--port", "0", "--n-ctx", "1024"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
-        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
         port = None
-        for line in proc.stdout:
-            if line.startswith("READY port="):
-                port = int(line.split("=", 1)[1])
-                break
-        assert port, "the frozen engine exited before READY"
+        while port is None and proc.poll() is None and time.monotonic() < deadline:
+            ready = [ln for ln in log.read_text().splitlines() if ln.startswith("READY port=")]
+            port = int(ready[0].split("=", 1)[1]) if ready else None
+            time.sleep(0.05)
+        assert port, f"the frozen engine did not get READY: {log.read_text()[-2000:]}"
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
@@ -85,17 +88,20 @@ def test_frozen_device_probes_run_in_children(exe: Path) -> None:
     assert paths["llama.cpp"]["devices"], "the portable build loads its CPU backend variant"
 
 
-def test_frozen_catalog_is_bundled(exe: Path) -> None:
-    out = subprocess.run([str(exe), "models", "list", "--json"], capture_output=True, text=True, timeout=180)
+def test_frozen_catalog_is_bundled(exe: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path), "FORESIGHT_HOME": str(tmp_path / "foresight")}
+    out = subprocess.run(
+        [str(exe), "models", "list", "--json"], capture_output=True, text=True, timeout=180, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)["pairs"]) >= 10
 
 
 def test_linux_installer_installs_and_uninstalls(exe: Path, tmp_path: Path) -> None:
-    runs = sorted((ROOT / "dist").glob("Foresight-*-linux-x86_64.run"))
+    runs = sorted((ROOT / "dist").glob("Foresight-*-linux-x86_64.run"), key=lambda p: p.stat().st_mtime)
     if not runs:
         pytest.fail("make installer wrote no .run installer")
-    home = tmp_path / "home"
+    home = tmp_path / "my home"  # a space in the path, as some users have
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
     done = subprocess.run(["sh", str(runs[-1])], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -116,6 +122,23 @@ def test_linux_installer_installs_and_uninstalls(exe: Path, tmp_path: Path) -> N
     assert not installed.exists()
     assert not (data / "Foresight" / "app").exists()
     assert (data / "Foresight" / "chats.sqlite3").exists(), "uninstall keeps user data without --purge"
+    # reinstall, then uninstall with --purge: the data goes too
+    assert subprocess.run(["sh", str(runs[-1])], capture_output=True, env=env, timeout=300).returncode == 0
+    purge = data / "Foresight" / "uninstall.sh"
+    assert subprocess.run(["sh", str(purge), "--purge"], capture_output=True, env=env).returncode == 0
+    assert not (data / "Foresight").exists()
+
+
+def test_the_installer_refuses_to_replace_a_folder_that_is_not_foresight(exe: Path, tmp_path: Path) -> None:
+    runs = sorted((ROOT / "dist").glob("Foresight-*-linux-x86_64.run"), key=lambda p: p.stat().st_mtime)
+    prefix = tmp_path / "somewhere"
+    (prefix / "app").mkdir(parents=True)
+    (prefix / "app" / "precious.txt").write_text("keep me")
+    env = {"HOME": str(tmp_path), "PATH": os.environ["PATH"], "FORESIGHT_PREFIX": str(prefix)}
+    done = subprocess.run(["sh", str(runs[-1])], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1
+    assert "not a Foresight installation" in done.stdout
+    assert (prefix / "app" / "precious.txt").read_text() == "keep me"
 
 
 def test_unfrozen_entry_point_matches() -> None:

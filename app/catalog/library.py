@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -61,10 +62,22 @@ def _describe(path: Path, source: str, entry: dict | None = None) -> LocalModel:
     return model
 
 
+_SHARD = re.compile(r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
+
+
 def _is_shard_tail(path: Path) -> bool:
     """Shards after the first (`-00002-of-00003.gguf`) are loaded through the first one."""
-    stem = path.stem
-    return "-of-" in stem and not stem.rsplit("-of-", 1)[0].endswith("-00001")
+    m = _SHARD.match(Path(path).stem)
+    return m is not None and m["index"] != "00001"
+
+
+def _shards(path: Path) -> list[Path]:
+    """Every shard of a sharded model given its first file; the file alone otherwise."""
+    m = _SHARD.match(path.stem)
+    if m is None:
+        return [path]
+    count = int(m["count"])
+    return [path.with_name(f"{m['base']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
 
 
 class Library:
@@ -79,6 +92,8 @@ class Library:
         for key, entry in sorted(manifest.items()):
             path = Path(entry["path"]) if "path" in entry else self.models_dir / key
             seen.add(path.resolve())
+            if _is_shard_tail(path):
+                continue
             if not path.exists():
                 models.append(LocalModel(path, 0, entry.get("source", "hub"), problem="missing"))
                 continue
@@ -133,9 +148,7 @@ class Library:
     def import_file(self, path: Path, copy: bool = False) -> LocalModel:
         """Register a GGUF file (checked first); with copy=True, copy it into the models folder."""
         path = Path(path).expanduser().resolve()
-        header = gguf.read_file(path)  # FileNotFoundError / GGUFError: nothing is registered
-        del header
-        manifest = hub.read_manifest(self.models_dir)
+        gguf.read_file(path)  # FileNotFoundError / GGUFError: nothing is registered
         entry = {"source": "import", "size": path.stat().st_size, "sha256": None}
         if copy:
             dest = self.models_dir / "imported" / path.name
@@ -143,8 +156,11 @@ class Library:
                 raise FileExistsError(f"{dest} already exists in the models folder")
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(dest.name + ".part")
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, dest)
+            try:
+                shutil.copyfile(path, tmp)
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
             key = str(dest.relative_to(self.models_dir))
             entry["source"] = "copy"
             path = dest
@@ -152,8 +168,10 @@ class Library:
             key = f"import:{path}"
             entry["path"] = str(path)
         entry["added"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        manifest[key] = entry
-        hub.write_manifest(self.models_dir, manifest)
+        with hub.manifest_lock(self.models_dir):
+            manifest = hub.read_manifest(self.models_dir)
+            manifest[key] = entry
+            hub.write_manifest(self.models_dir, manifest)
         return _describe(path, "import", entry)
 
     def resolve(self, name: str) -> Path:
@@ -173,30 +191,36 @@ class Library:
         raise ValueError(f"{name!r} matches several models: " + ", ".join(str(m) for m in matches))
 
     def remove(self, path: Path) -> str:
-        """Remove a model: delete it when it lives in the models folder, else only forget the import."""
-        path = Path(path).expanduser()
-        resolved = path.resolve()
-        manifest = hub.read_manifest(self.models_dir)
-        inside = self.models_dir.resolve() in resolved.parents
-        keys = [
-            k
-            for k, e in manifest.items()
-            if ("path" in e and Path(e["path"]).resolve() == resolved)
-            or (inside and k == str(resolved.relative_to(self.models_dir.resolve())))
-        ]
-        if not keys and not inside:
-            raise FileNotFoundError(f"{path} is not in the library")
-        for k in keys:
-            del manifest[k]
-        hub.write_manifest(self.models_dir, manifest)
-        if inside:
-            resolved.unlink(missing_ok=True)
-            parent = resolved.parent
-            while parent != self.models_dir.resolve() and not any(parent.iterdir()):
-                parent.rmdir()
-                parent = parent.parent
-            return f"deleted {path}"
-        return f"forgot {path} (the file itself was left where it is)"
+        """Remove a model: delete it when it lives in the models folder, else only forget the import.
+
+        Only model files the library lists can be removed (never the manifest, a folder or a stray
+        file); a sharded model goes with all its shards.
+        """
+        resolved = Path(path).expanduser().resolve()
+        listed = {m.path.resolve(): m for m in self.scan(include_hf_cache=False) if m.source != "packaged"}
+        if resolved not in listed:
+            raise FileNotFoundError(f"{path} is not a model in the library")
+        root = self.models_dir.resolve()
+        inside = root in resolved.parents
+        with hub.manifest_lock(self.models_dir):
+            manifest = hub.read_manifest(self.models_dir)
+            files = _shards(resolved) if inside else [resolved]
+
+            def listed_as(key: str, entry: dict) -> Path:
+                return (Path(entry["path"]) if "path" in entry else root / key).resolve()
+
+            for key in [k for k, e in manifest.items() if listed_as(k, e) in files]:
+                del manifest[key]
+            hub.write_manifest(self.models_dir, manifest)
+        if not inside:
+            return f"forgot {path} (the file itself was left where it is)"
+        for f in files:
+            f.unlink(missing_ok=True)
+        parent = resolved.parent
+        while parent != root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+        return f"deleted {path}" + (f" and its {len(files) - 1} other shards" if len(files) > 1 else "")
 
     def verify(self) -> list[tuple[LocalModel, str]]:
         """Re-hash every recorded file and re-read every header: (model, 'ok' or what is wrong)."""

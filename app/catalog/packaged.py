@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import importlib.resources
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,13 @@ class PackagedModel:
         return found
 
     def path(self, directory: Path | None = None) -> Path:
-        """The assembled GGUF file, built from the installed parts on first use."""
+        """The assembled GGUF file, built from the installed parts on first use.
+
+        A frozen build made with `make installer WITH_MODEL=1` carries the file itself.
+        """
+        bundled = Path(getattr(sys, "_MEIPASS", "")) / "model" / self.file_name
+        if getattr(sys, "frozen", False) and bundled.is_file():
+            return bundled
         directory = directory or paths.cache_dir() / "packaged-models"
         directory.mkdir(parents=True, exist_ok=True)
         target = directory / self.file_name

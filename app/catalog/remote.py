@@ -94,22 +94,21 @@ class RangeReader(io.RawIOBase):
                 return b""
         headers = {**self._headers, "Range": f"bytes={self._pos}-{self._pos + want - 1}"}
         try:
-            response = self._client.get(self._url, headers=headers)
+            with self._client.stream("GET", self._url, headers=headers) as response:
+                self.requests += 1
+                if response.status_code == 416:  # past the end: the file is shorter than its header says
+                    return b""
+                if response.status_code == 200:
+                    # the server ignored Range: reading on would download the weights, so stop here
+                    raise RemoteError(f"{self._what}: the server does not answer HTTP Range requests")
+                if response.status_code != 206:
+                    raise RemoteError(status_message(response.status_code, self._what))
+                data = response.read()
         except httpx.HTTPError as exc:
             raise RemoteError(f"{self._what}: cannot reach the hub ({exc})") from exc
-        self.requests += 1
-        if response.status_code == 416:  # range past the end: the file is shorter than the header claims
-            return b""
-        if response.status_code not in (200, 206):
-            raise RemoteError(status_message(response.status_code, self._what))
-        data = response.content
-        if response.status_code == 200:  # the server ignored Range: keep only what was asked for
-            self.size = len(data)
-            data = data[self._pos : self._pos + want]
-        else:
-            total = response.headers.get("Content-Range", "").rpartition("/")[2]
-            if total.isdigit():
-                self.size = int(total)
+        total = response.headers.get("Content-Range", "").rpartition("/")[2]
+        if total.isdigit():
+            self.size = int(total)
         self.bytes_fetched += len(data)
         self._pos += len(data)
         return data

@@ -10,6 +10,10 @@ ROOT="${FORESIGHT_PREFIX:-$DATA/Foresight}"
 APP="$ROOT/app"
 BIN="$HOME/.local/bin"
 say() { printf '%s\n' "$*"; }
+if [ -e "$APP" ] && [ ! -x "$APP/Foresight" ]; then
+    say "$APP exists and is not a Foresight installation: nothing was changed (set FORESIGHT_PREFIX)"
+    exit 1
+fi
 line=$(awk '/^__FORESIGHT_PAYLOAD__$/ { print NR + 1; exit }' "$0")
 mkdir -p "$ROOT"
 rm -rf "$APP.new"
@@ -40,10 +44,15 @@ cat > "$ROOT/uninstall.sh" <<UNINSTALL
 #!/bin/sh
 # Removes Foresight; with --purge also its data (chats, models, settings, cache, logs).
 set -eu
+if [ -e "$APP" ] && [ ! -x "$APP/Foresight" ]; then
+    echo "$APP is not a Foresight installation: nothing was removed"
+    exit 1
+fi
 rm -rf "$APP" "$DATA/applications/foresight.desktop" "$DATA/icons/hicolor/256x256/apps/foresight.png"
 [ -L "$BIN/foresight" ] && rm -f "$BIN/foresight"
 if [ "\${1:-}" = "--purge" ]; then
-    rm -rf "$DATA/Foresight" "\${XDG_CONFIG_HOME:-$HOME/.config}/Foresight" "\${XDG_CACHE_HOME:-$HOME/.cache}/Foresight"
+    rm -rf "$DATA/Foresight" "\${XDG_CONFIG_HOME:-$HOME/.config}/Foresight" "\${XDG_CACHE_HOME:-$HOME/.cache}/Foresight" \
+        "\${XDG_STATE_HOME:-$HOME/.local/state}/Foresight"
     echo "Foresight and its data were removed"
 else
     rm -f "$ROOT/uninstall.sh"

@@ -40,20 +40,43 @@ def _on_native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None
     _native_log.log(py_level, line)
 
 
+def ggml_library() -> ctypes.CDLL | None:
+    """The libggml that llama.cpp itself loaded (its backend registry), or None when not found.
+
+    Wheels and bundles hold copies rather than symlinks (libggml.so, .so.0, ...); opening another copy
+    would load a second libggml with an empty registry, so on Linux the mapped file is used.
+    """
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        for line in maps.read_text().splitlines():
+            path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+            if Path(path).name.startswith("libggml.so"):
+                return ctypes.CDLL(path)
+    lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
+    for name in ("libggml.so.0", "libggml.so", "libggml.dylib", "ggml.dll"):
+        if (lib_dir / name).exists():
+            return ctypes.CDLL(str(lib_dir / name))
+    return None
+
+
 def _load_dynamic_backends() -> None:
     """A GGML_BACKEND_DL build (the installer's portable one) registers no backend by itself: load them
-    from llama_cpp's library folder, where ggml picks the best CPU variant for this machine."""
-    lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
-    names = ("libggml.so", "libggml.dylib", "ggml.dll")
-    path = next((lib_dir / n for n in names if (lib_dir / n).exists()), None)
-    if path is None:
+    from the folder that holds its CPU variants, where ggml picks the best one for this machine."""
+    ggml = ggml_library()
+    if ggml is None:
         return
-    ggml = ctypes.CDLL(str(path))
     ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    if ggml.ggml_backend_reg_count() == 0:
-        ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
-        log.info("loaded %d ggml backends from %s", ggml.ggml_backend_reg_count(), lib_dir)
+    if ggml.ggml_backend_reg_count() > 0:
+        return
+    package = Path(llama_cpp.__file__).resolve().parent
+    # the wheel installs the variants in <site-packages>/bin; the bundle keeps them in llama_cpp/lib
+    for folder in (package / "lib", package.parent / "bin"):
+        if any(folder.glob("*ggml-cpu*")):
+            ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+            ggml.ggml_backend_load_all_from_path(str(folder).encode())
+            log.info("loaded %d ggml backends from %s", ggml.ggml_backend_reg_count(), folder)
+            return
+    log.warning("this llama.cpp build loads its backends dynamically, and none was found")
 
 
 def ensure_backend() -> None:
