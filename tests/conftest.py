@@ -6,6 +6,9 @@ from __future__ import annotations
 import llama_cpp  # noqa: F401  # isort: skip
 
 import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests run without a display
+
 from collections.abc import Iterator
 from pathlib import Path
 
