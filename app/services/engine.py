@@ -71,7 +71,8 @@ class EngineProcess(QObject):
         proc.finished.connect(self._finished)
         proc.errorOccurred.connect(self._error)
         self._proc = proc
-        program, arguments = engine_command(["--host", "127.0.0.1", "--port", "0", "--token-stdin", *self._args])
+        flags = ["--host", "127.0.0.1", "--port", "0", "--token-stdin", *self._args]
+        program, arguments = engine_command(flags)
         self._set_state(STARTING)
         proc.start(program, arguments)
         proc.write((self.token + "\n").encode())
@@ -124,7 +125,8 @@ class EngineProcess(QObject):
 
     def _error(self, error: QProcess.ProcessError) -> None:
         if error == QProcess.ProcessError.FailedToStart:
-            self._append(f"the engine could not be started: {self._proc.errorString() if self._proc else error}")
+            why = self._proc.errorString() if self._proc else str(error)
+            self._append(f"the engine could not be started: {why}")
             self.exit_code = -1
             self._set_state(CRASHED)
             QTimer.singleShot(0, lambda: self.crashed.emit(-1, "\n".join(list(self.log)[-20:])))
