@@ -37,9 +37,12 @@ def test_start_ready_answer_and_stop(qtbot: QtBot, engine: EngineProcess, gemma_
     admin = f"{engine.url}/admin/public"
     assert httpx.get(admin).status_code == 401
     assert httpx.get(admin, headers={"Authorization": f"Bearer {engine.token}"}).status_code == 200
+    chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4, "temperature": 0}
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=chat, timeout=60).status_code == 401
     answer = httpx.post(
         f"{engine.url}/v1/chat/completions",
-        json={"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4, "temperature": 0},
+        json=chat,
+        headers={"Authorization": f"Bearer {engine.token}"},  # the GUI's private port wants its token
         timeout=60,
     )
     assert answer.status_code == 200
