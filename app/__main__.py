@@ -16,7 +16,7 @@ from app.config import ConfigError, Settings, add_section_flags, load_settings, 
 from app.logs import setup_logging
 
 log = logging.getLogger("foresight")
-COMMANDS = ("chat", "generate", "bench", "serve", "devices", "models")
+COMMANDS = ("gui", "chat", "generate", "bench", "serve", "devices", "models")
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts.json"
 
 
@@ -52,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    chat = sub.add_parser("chat", help="chat in the terminal with the default model (the default command)")
+    gui = sub.add_parser("gui", help="the desktop window (the default command); model flags go to its engine")
+    _model_flags(gui)
+    _sampling_flags(gui)
+
+    chat = sub.add_parser("chat", help="chat in the terminal")
     _model_flags(chat)
     _sampling_flags(chat)
     chat.add_argument("--system", default="", help="system prompt")
@@ -241,6 +245,20 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gui(args: argparse.Namespace) -> int:
+    try:
+        from app.ui.app import run
+    except ImportError as exc:  # PySide6 missing: a source install without the gui extra
+        print(
+            f"error: the desktop app needs PySide6 ({exc}); install with: pip install -e '.[gui]'",
+            file=sys.stderr,
+        )
+        return 2
+    settings = _settings(args)
+    sampling = {"temperature": settings.sampling.temperature, "max_tokens": settings.sampling.max_tokens}
+    return run(args.engine_argv, settings.engine.n_ctx, sampling)
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from app import models_cli
 
@@ -254,13 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["serve", *argv[1:]]
     parser = build_parser()
     if not set(argv) & {*COMMANDS, "-h", "--help", "--version"}:
-        argv = ["chat", *argv]
+        argv = ["gui", *argv]
     args = parser.parse_args(argv)
+    args.engine_argv = argv[1:] if args.command == "gui" else []
     setup_logging(args.log_level, paths.log_dir() / "foresight.log")
     from app.catalog.packaged import ModelPackageMissing
     from app.engine.errors import EngineError
 
     handlers = {
+        "gui": cmd_gui,
         "chat": cmd_chat,
         "generate": cmd_generate,
         "bench": cmd_bench,

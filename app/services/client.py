@@ -1,0 +1,117 @@
+"""HTTP/SSE client for the engine's OpenAI-compatible API, on Qt's event loop (no threads).
+
+`ChatStream` posts one streamed chat completion and turns the server-sent events into signals: text
+deltas as they arrive, then `finished` with the finish reason and usage (speculation stats included),
+or `failed` with the server's error message. `abort()` closes the connection, which cancels the
+generation on the engine within one step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from PySide6.QtCore import QObject, QUrl, Signal
+from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
+
+
+class ChatStream(QObject):
+    delta = Signal(str)
+    finished = Signal(str, dict)  # finish reason ("stop", "length", "aborted"), usage
+    failed = Signal(str)
+
+    def __init__(
+        self, manager: QNetworkAccessManager, reply: QNetworkReply, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self._manager = manager
+        self._reply = reply
+        self._buffer = b""
+        self._finish = ""
+        self._usage: dict[str, Any] = {}
+        self._error = ""
+        self._aborted = False
+        self._ended = False
+        reply.readyRead.connect(self._read)
+        reply.finished.connect(self._done)
+
+    def abort(self) -> None:
+        if not self._ended:
+            self._aborted = True
+            self._reply.abort()
+
+    def _read(self) -> None:
+        self._buffer += bytes(self._reply.readAll())
+        while b"\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split(b"\n\n", 1)
+            for line in event.decode("utf-8", errors="replace").splitlines():
+                if line.startswith("data:"):
+                    self._event(line[5:].strip())
+
+    def _event(self, data: str) -> None:
+        if data == "[DONE]":
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return
+        if "error" in chunk:
+            self._error = str(chunk["error"].get("message", chunk["error"]))
+            return
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices", []):
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                self.delta.emit(text)
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+
+    def _done(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._read()
+        reply = self._reply
+        status = reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
+        if self._aborted:
+            self.finished.emit("aborted", self._usage)
+        elif self._error:
+            self.failed.emit(self._error)
+        elif reply.error() != QNetworkReply.NetworkError.NoError and not self._finish:
+            body = self._buffer.decode("utf-8", errors="replace")
+            try:
+                message = json.loads(body)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = reply.errorString()
+            self.failed.emit(f"{message} (HTTP {status})" if status else message)
+        else:
+            self.finished.emit(self._finish or "stop", self._usage)
+        reply.deleteLater()
+
+
+class EngineClient(QObject):
+    """Requests to one engine (its base URL and bearer token change when the engine restarts)."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._manager = QNetworkAccessManager(self)
+        self.base_url = ""
+        self.token = ""
+
+    def configure(self, base_url: str, token: str) -> None:
+        self.base_url, self.token = base_url, token
+
+    def stream_chat(self, messages: list[dict[str, Any]], **params: Any) -> ChatStream:
+        request = QNetworkRequest(QUrl(f"{self.base_url}/v1/chat/completions"))
+        request.setHeader(QNetworkRequest.KnownHeaders.ContentTypeHeader, "application/json")
+        request.setRawHeader(b"Authorization", f"Bearer {self.token}".encode())
+        request.setRawHeader(b"Accept", b"text/event-stream")
+        body = {
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **{k: v for k, v in params.items() if v is not None},
+        }
+        reply = self._manager.post(request, json.dumps(body).encode())
+        return ChatStream(self._manager, reply, self)

@@ -1,0 +1,342 @@
+"""The main window: conversations on the left, the streaming chat on the right, the engine below.
+
+The window owns an engine process (app.services.engine) and talks to it over HTTP (app.services.client);
+every message and every stretch of a streaming answer goes to the chat store before anything else, so
+a crash of the engine or of the app loses nothing but the tokens in flight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chats import ChatStore, Message, trim_to_context
+from app.services.client import ChatStream, EngineClient
+from app.services.engine import CRASHED, READY, EngineProcess
+
+SAVE_EVERY_MS = 300  # a streaming answer reaches the store at least this often
+RENDER_EVERY_MS = 50
+CRASH_GRACE_MS = 1500
+CHARS_PER_TOKEN = 3  # a conservative estimate for trimming history before the engine counts exactly
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+
+
+class MainWindow(QMainWindow):
+    answerFinished = Signal(str)  # the status the answer ended with: complete, stopped, interrupted, error
+
+    def __init__(
+        self,
+        store: ChatStore,
+        engine_args: list[str],
+        n_ctx: int = 4096,
+        sampling: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.store = store
+        self.engine_args = engine_args
+        self.n_ctx = n_ctx
+        self.sampling = {"temperature": 0.7, "max_tokens": 1024, **(sampling or {})}
+        self.current: int | None = None
+        self._stream: ChatStream | None = None
+        self._answer: Message | None = None
+        self._answer_text = ""
+        self.engine = EngineProcess(self)
+        self.client = EngineClient(self)
+        self.setWindowTitle("Foresight")
+        self.resize(1100, 720)
+        self._build()
+        self.engine.stateChanged.connect(self._engine_state)
+        self.engine.ready.connect(self._engine_ready)
+        self.engine.crashed.connect(self._engine_crashed)
+        self._save_timer = QTimer(self, interval=SAVE_EVERY_MS, timeout=self._save_partial)
+        self._render_timer = QTimer(self, singleShot=True, interval=RENDER_EVERY_MS, timeout=self._render)
+        if store.recovered_from is not None:
+            self._show_banner(
+                f"Your chat file could not be read. It was kept as {store.recovered_from.name} and a new "
+                "one was started.",
+                restart=False,
+            )
+        self.refresh_conversations()
+        self._update_buttons()
+
+    # --- layout ------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.search = QLineEdit(placeholderText="Search conversations")
+        self.search.textChanged.connect(self.refresh_conversations)
+        self.conversation_list = QListWidget()
+        self.conversation_list.currentItemChanged.connect(self._conversation_chosen)
+        self.new_button = QPushButton("New chat")
+        self.new_button.clicked.connect(self.new_conversation)
+        left = QWidget()
+        lv = QVBoxLayout(left)
+        lv.addWidget(self.new_button)
+        lv.addWidget(self.search)
+        lv.addWidget(self.conversation_list)
+
+        self.banner = QLabel(wordWrap=True)
+        self.banner.setStyleSheet("background: #fde8e8; color: #7a1010; padding: 8px; border-radius: 4px;")
+        self.restart_button = QPushButton("Restart the engine")
+        self.restart_button.clicked.connect(self.restart_engine)
+        banner_row = QWidget()
+        br = QHBoxLayout(banner_row)
+        br.setContentsMargins(0, 0, 0, 0)
+        br.addWidget(self.banner, 1)
+        br.addWidget(self.restart_button)
+        self.banner_row = banner_row
+        banner_row.hide()
+
+        self.transcript = QTextBrowser(openExternalLinks=True)
+        self.input = QPlainTextEdit(placeholderText="Ask anything (Ctrl+Enter sends)")
+        self.input.setMaximumHeight(120)
+        self.send_button = QPushButton("Send")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.regenerate_button.clicked.connect(self.regenerate)
+        QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.send)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        for b in (self.regenerate_button, self.stop_button, self.send_button):
+            buttons.addWidget(b)
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.addWidget(banner_row)
+        rv.addWidget(self.transcript, 1)
+        rv.addWidget(self.input)
+        rv.addLayout(buttons)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(left)
+        split.addWidget(right)
+        split.setSizes([260, 840])
+        self.setCentralWidget(split)
+        self.engine_label = QLabel("engine: stopped")
+        self.stats_label = QLabel("")
+        self.statusBar().addWidget(self.engine_label)
+        self.statusBar().addPermanentWidget(self.stats_label)
+
+    # --- engine ------------------------------------------------------------------------------
+
+    def start_engine(self) -> None:
+        self.engine.start(self.engine_args)
+
+    def restart_engine(self) -> None:
+        self.banner_row.hide()
+        self.engine.restart()
+
+    def _engine_state(self, state: str) -> None:
+        self.engine_label.setText(f"engine: {state}")
+        self._update_buttons()
+
+    def _engine_ready(self, port: int) -> None:
+        self.client.configure(self.engine.url, self.engine.token)
+        self.banner_row.hide()
+        self._update_buttons()
+
+    def _engine_crashed(self, code: int, tail: str) -> None:
+        if self._stream is not None:
+            self._end_answer("interrupted")
+        last = [line for line in tail.splitlines() if line.strip()][-1:] or ["no output"]
+        self._show_banner(f"The engine stopped unexpectedly (exit code {code}): {last[0]}", restart=True)
+
+    def _show_banner(self, text: str, restart: bool) -> None:
+        self.banner.setText(text)
+        self.restart_button.setVisible(restart)
+        self.banner_row.show()
+
+    # --- conversations -----------------------------------------------------------------------
+
+    def refresh_conversations(self) -> None:
+        self.conversation_list.blockSignals(True)
+        self.conversation_list.clear()
+        for c in self.store.conversations(self.search.text()):
+            item = QListWidgetItem(c.title)
+            item.setData(Qt.ItemDataRole.UserRole, c.id)
+            self.conversation_list.addItem(item)
+            if c.id == self.current:
+                self.conversation_list.setCurrentItem(item)
+        self.conversation_list.blockSignals(False)
+
+    def new_conversation(self) -> None:
+        c = self.store.create_conversation()
+        self.current = c.id
+        self.refresh_conversations()
+        self._render()
+
+    def select_conversation(self, conversation_id: int) -> None:
+        self.current = conversation_id
+        self.refresh_conversations()
+        self._render()
+        self._update_buttons()
+
+    def _conversation_chosen(self, item: QListWidgetItem | None, _previous: QListWidgetItem | None) -> None:
+        if item is not None and self._stream is None:
+            self.select_conversation(int(item.data(Qt.ItemDataRole.UserRole)))
+
+    # --- asking ------------------------------------------------------------------------------
+
+    def send(self, text: str | None = None) -> None:
+        text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
+        if not text or self._stream is not None or self.engine.state != READY:
+            return
+        if self.current is None:
+            self.current = self.store.create_conversation(_title(text)).id
+        elif not self.store.messages(self.current):
+            self.store.update_conversation(self.current, title=_title(text))
+        self.store.add_message(self.current, "user", text)
+        self.input.clear()
+        self.refresh_conversations()
+        self._ask()
+
+    def regenerate(self) -> None:
+        if self.current is None or self._stream is not None:
+            return
+        msgs = self.store.messages(self.current)
+        if msgs and msgs[-1].role == "assistant":
+            self.store.truncate_from(msgs[-1].id)
+        if self.store.messages(self.current):
+            self._ask()
+
+    def stop(self) -> None:
+        if self._stream is not None:
+            self._stream.abort()
+
+    def _ask(self) -> None:
+        assert self.current is not None
+        conv = self.store.conversation(self.current)
+        history = [
+            {"role": m.role, "content": m.content} for m in self.store.messages(self.current) if m.content
+        ]
+        if conv.system_prompt:
+            history.insert(0, {"role": "system", "content": conv.system_prompt})
+        budget = max(256, self.n_ctx - int(self.sampling.get("max_tokens") or 0))
+
+        def estimate(ms: list[dict[str, Any]]) -> int:
+            return sum(len(m["content"]) for m in ms) // CHARS_PER_TOKEN + 4 * len(ms)
+
+        sent, dropped = trim_to_context(history, estimate, budget)
+        self.statusBar().showMessage(
+            f"{dropped} oldest message(s) left out: the conversation is longer than the context"
+            if dropped
+            else ""
+        )
+        self._answer = self.store.begin_answer(self.current)
+        self._answer_text = ""
+        params = {**conv.settings, **{k: v for k, v in self.sampling.items() if k not in conv.settings}}
+        self._stream = self.client.stream_chat(sent, **params)
+        self._stream.delta.connect(self._on_delta)
+        self._stream.finished.connect(self._on_finished)
+        self._stream.failed.connect(self._on_failed)
+        self._save_timer.start()
+        self._render()
+        self._update_buttons()
+
+    def _on_delta(self, text: str) -> None:
+        self._answer_text += text
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def _on_finished(self, reason: str, usage: dict) -> None:
+        self._end_answer("stopped" if reason == "aborted" else "complete", usage)
+
+    def _on_failed(self, message: str) -> None:
+        # a broken connection is often the first sign of an engine crash: give the process a moment to
+        # report it, so the answer is kept as interrupted rather than failed
+        stream = self._stream
+        QTimer.singleShot(CRASH_GRACE_MS, lambda: self._failed_after_grace(stream, message))
+
+    def _failed_after_grace(self, stream: ChatStream | None, message: str) -> None:
+        if stream is None or stream is not self._stream:
+            return  # already ended (the crash handler kept it as interrupted)
+        if self.engine.state == CRASHED:
+            self._end_answer("interrupted")
+            return
+        self._end_answer("error")
+        self._show_banner(f"The answer failed: {message}", restart=False)
+
+    def _end_answer(self, status: str, usage: dict | None = None) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            for signal in (stream.delta, stream.finished, stream.failed):
+                signal.disconnect()
+            stream.abort()
+        self._save_timer.stop()
+        if self._answer is not None:
+            self.store.update_answer(
+                self._answer.id, self._answer_text, status, (usage or {}).get("speculative")
+            )
+        self._answer = None
+        self._show_stats(usage or {})
+        self._render()
+        self._update_buttons()
+        self.answerFinished.emit(status)
+
+    def _save_partial(self) -> None:
+        if self._answer is not None:
+            self.store.update_answer(self._answer.id, self._answer_text)
+
+    def _show_stats(self, usage: dict) -> None:
+        spec = usage.get("speculative") or {}
+        if not usage:
+            return
+        parts = [f"{usage.get('completion_tokens', 0)} tokens"]
+        if spec.get("tokens_per_second"):
+            parts.append(f"{spec['tokens_per_second']:.1f} tok/s")
+        if spec.get("drafted"):
+            parts.append(f"{spec.get('acceptance_rate', 0):.0%} of drafts accepted")
+        self.stats_label.setText(" · ".join(parts))
+
+    # --- rendering ---------------------------------------------------------------------------
+
+    def _render(self) -> None:
+        if self.current is None:
+            self.transcript.setMarkdown("*Start a conversation: type below and press Send.*")
+            return
+        parts = []
+        for m in self.store.messages(self.current):
+            text = self._answer_text if self._answer is not None and m.id == self._answer.id else m.content
+            state = "" if m.status == "complete" else f" *({m.status})*"
+            if self._answer is not None and m.id == self._answer.id:
+                state = " *(writing...)*"
+            parts.append(f"**{ROLE_TITLES.get(m.role, m.role)}**{state}\n\n{text}\n")
+        self.transcript.setMarkdown("\n---\n\n".join(parts))
+        bar = self.transcript.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def _update_buttons(self) -> None:
+        ready = self.engine.state == READY
+        busy = self._stream is not None
+        self.send_button.setEnabled(ready and not busy)
+        self.stop_button.setEnabled(busy)
+        self.regenerate_button.setEnabled(ready and not busy and self.current is not None)
+        self.new_button.setEnabled(not busy)
+        self.conversation_list.setEnabled(not busy)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self._stream is not None:
+            self._end_answer("stopped")
+        self.engine.stop()
+        super().closeEvent(event)
+
+
+def _title(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "New chat"
+    return line[:48] + ("..." if len(line) > 48 else "")

@@ -1,0 +1,142 @@
+"""The real window (offscreen) against a real engine subprocess (gemma-3-270m on the CPU)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.chats import ChatStore
+from app.services.engine import READY
+from app.ui.main_window import MainWindow
+
+START_MS = 120_000
+ANSWER_MS = 120_000
+
+
+def _window(qtbot: QtBot, store: ChatStore, gemma_path: Path, max_tokens: int = 24) -> MainWindow:
+    window = MainWindow(
+        store,
+        ["--target", str(gemma_path), "--ngram", "--n-ctx", "2048"],
+        n_ctx=2048,
+        sampling={"temperature": 0.0, "max_tokens": max_tokens},
+    )
+    qtbot.addWidget(window)
+    window.show()
+    with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
+        window.start_engine()
+    return window
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ChatStore]:
+    with ChatStore(tmp_path / "chats.sqlite3") as s:
+        yield s
+
+
+def _ask(qtbot: QtBot, window: MainWindow, text: str) -> str:
+    window.input.setPlainText(text)
+    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+        window.send_button.click()
+    return done.args[0]
+
+
+def test_send_stream_switch_regenerate_and_find_the_history_after_a_restart(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path
+) -> None:
+    window = _window(qtbot, store, gemma_path)
+    deltas: list[str] = []
+    window.input.setPlainText("The capital of France is")
+    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+        window.send_button.click()
+        window._stream.delta.connect(deltas.append)  # the stream exists once Send was clicked
+    assert done.args[0] == "complete"
+    assert len(deltas) > 1  # the text arrived in pieces
+    first = window.current
+    answer = store.messages(first)[-1]
+    assert answer.role == "assistant"
+    assert answer.status == "complete"
+    assert answer.content == "".join(deltas)
+    assert answer.content.strip()[:20] in window.transcript.toPlainText()
+
+    window.new_button.click()
+    assert _ask(qtbot, window, "Two plus two equals") == "complete"
+    second = window.current
+    assert second != first
+    window.select_conversation(first)
+    assert "The capital of France is" in window.transcript.toPlainText()
+    assert "Two plus two" not in window.transcript.toPlainText()
+
+    before = store.messages(first)
+    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS):
+        window.regenerate_button.click()
+    after = store.messages(first)
+    assert len(after) == len(before)
+    assert after[-1].id != before[-1].id  # a new answer replaced the old one
+    assert after[-1].content == before[-1].content  # greedy: the same text again
+
+    window.close()  # stops the engine
+    assert window.engine.state != READY
+    again = _window(qtbot, store, gemma_path)
+    titles = [again.conversation_list.item(i).text() for i in range(again.conversation_list.count())]
+    # newest activity first: the regenerated conversation is on top
+    assert titles == ["The capital of France is", "Two plus two equals"]
+    again.conversation_list.setCurrentRow(0)
+    assert "The capital of France is" in again.transcript.toPlainText()
+    again.close()
+
+
+def test_stop_mid_stream_keeps_the_partial_answer(qtbot: QtBot, store: ChatStore, gemma_path: Path) -> None:
+    window = _window(qtbot, store, gemma_path, max_tokens=400)
+    window.input.setPlainText("Write a long story about a lighthouse keeper.")
+    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+        window.send_button.click()
+        qtbot.waitUntil(lambda: len(window._answer_text) > 20, timeout=ANSWER_MS)
+        window.stop_button.click()
+    assert done.args[0] == "stopped"
+    kept = store.messages(window.current)[-1]
+    assert kept.status == "stopped"
+    assert len(kept.content) > 20
+    assert "(stopped)" in window.transcript.toPlainText()
+    window.close()
+
+
+def test_an_engine_killed_mid_answer_keeps_it_as_interrupted_and_offers_a_restart(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path
+) -> None:
+    window = _window(qtbot, store, gemma_path, max_tokens=400)
+    window.input.setPlainText("Write a long story about a lighthouse keeper.")
+    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+        window.send_button.click()
+        qtbot.waitUntil(lambda: len(window._answer_text) > 20, timeout=ANSWER_MS)
+        os.kill(window.engine.pid, signal.SIGKILL)
+    assert done.args[0] == "interrupted"
+    kept = store.messages(window.current)[-1]
+    assert kept.status == "interrupted"
+    assert len(kept.content) > 20
+    assert window.banner_row.isVisible()
+    assert window.restart_button.isVisible()
+    assert "stopped unexpectedly" in window.banner.text()
+    with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
+        window.restart_button.click()
+    assert not window.banner_row.isVisible()
+    assert _ask(qtbot, window, "Hello") == "complete"
+    window.close()
+
+
+def test_a_damaged_chat_file_is_reported_in_the_window(qtbot: QtBot, tmp_path: Path) -> None:
+    path = tmp_path / "chats.sqlite3"
+    path.write_bytes(b"this is not a database at all" * 100)
+    with ChatStore(path) as store:
+        window = MainWindow(store, [])
+        qtbot.addWidget(window)
+        window.show()
+        assert window.banner_row.isVisible()
+        assert "could not be read" in window.banner.text()
+        assert store.recovered_from is not None
+        assert store.recovered_from.name in window.banner.text()
+        window.close()
