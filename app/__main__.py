@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     gui = sub.add_parser("gui", help="the desktop window (the default command); model flags go to its engine")
     _model_flags(gui)
     _sampling_flags(gui)
+    gui.add_argument(
+        "--smoke", action="store_true", help="open the window, get one real answer from its engine, exit 0"
+    )
 
     chat = sub.add_parser("chat", help="chat in the terminal")
     _model_flags(chat)
@@ -256,7 +259,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     sampling = {"temperature": settings.sampling.temperature, "max_tokens": settings.sampling.max_tokens}
-    return run(args.engine_argv, settings.engine.n_ctx, sampling)
+    engine_argv = [a for a in args.engine_argv if a != "--smoke"]
+    return run(engine_argv, settings.engine.n_ctx, sampling, smoke=args.smoke)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

