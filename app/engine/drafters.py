@@ -7,21 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# llama.cpp's own rule (common/speculative.cpp), shared with the header-only verdicts of app.catalog.pairing
+from app.catalog.pairing import NON_TEXT_ARCHITECTURES, VOCAB_CHECK_START_ID, VOCAB_MAX_SIZE_DIFFERENCE
 from app.engine.backends.base import Backend
 from app.engine.errors import DrafterUnusable
-
-# llama.cpp's own rule (common/speculative.cpp): sizes within 128, token text identical from id 5 on.
-VOCAB_MAX_SIZE_DIFFERENCE = 128
-VOCAB_CHECK_START_ID = 5
-_NON_TEXT_ARCHITECTURES = {
-    "clip",
-    "mmproj",
-    "bert",
-    "nomic-bert",
-    "jina-bert-v2",
-    "t5encoder",
-    "wavtokenizer-dec",
-}
 
 
 class Drafter(Protocol):
@@ -159,7 +148,7 @@ def check_vocab(target: Backend, drafter: Backend) -> VocabVerdict:
 
 def check_drafter_usable(drafter: Backend) -> None:
     arch = drafter.facts.architecture
-    if arch in _NON_TEXT_ARCHITECTURES:
+    if arch in NON_TEXT_ARCHITECTURES:
         raise DrafterUnusable(
             f"{drafter.facts.name} is a {arch!r} model, not a text generator: it cannot draft"
         )
