@@ -38,3 +38,19 @@ def test_a_continuation_that_reaches_the_end_is_looked_up_again() -> None:
     # The last match is followed by only three tokens; the pattern repeats, so the draft goes on.
     assert d.propose([5, 6, 7, 5, 6], 7) == [7, 5, 6, 7, 5, 6, 7]
     assert d.propose([5, 6, 7, 5, 6], 2) == [7, 5]
+
+
+def test_match_length_counts_back_past_the_lookup_key() -> None:
+    d = NgramDrafter(2, 3)
+    d.begin([], None)
+    source = [10, 11, 12, 13, 14, 15, 16, 17]
+    # The answer copies the source from 11 on: the match reaches back 5 tokens, past the 3-token key.
+    assert d.propose([*source, 99, 11, 12, 13, 14, 15], 2) == [16, 17]
+    assert d.match_len == 5
+    # A chance pair: only the two tokens of the key match.
+    d.begin([], None)
+    assert d.propose([*source, 99, 50, 16, 17, 98, 16, 17], 1) == [98]
+    assert d.match_len == 2
+    d.begin([], None)
+    assert d.propose([1, 2, 3], 4) == []
+    assert d.match_len == 0

@@ -177,3 +177,45 @@ def test_a_miss_in_a_hot_run_gets_one_more_draft_at_the_same_width() -> None:
     assert p.choose() == 16  # one more draft: the copy likely goes on after the edit
     p.observe(16, 0, 0.0051, 0.0, width=17)  # it did not
     assert p.choose() < 16
+
+
+def test_a_long_match_in_a_copy_drafts_at_once_and_a_chance_pair_in_prose_goes_short() -> None:
+    p = _gpu_policy()
+    p.begin_request()
+    p.set_match(2)  # the first tokens of an answer: a copy is assumed until the answer says otherwise
+    assert p.choose(available=16) == 16
+    p.observe(16, 16, 0.0051, 0.0, width=17)
+    p.observe_foreseen([True] * 17)
+    p.set_match(40)
+    assert p.choose(available=16) == 16
+    prose = _gpu_policy()
+    prose.begin_request()
+    prose.observe_foreseen([False] * 30)  # thirty tokens the lookup never foresaw
+    assert not prose.dense()
+    prose.set_match(2)
+    assert prose.choose(available=16) <= 2
+    prose.set_match(40)  # a long quotation, even in prose
+    assert prose.choose(available=16) == 16
+
+
+def test_match_classes_learn_apart() -> None:
+    p = _gpu_policy()
+    p.begin_request()
+    p.observe_foreseen([True] * 30)
+    p.set_match(3)
+    for _ in range(30):  # three-token matches keep failing here...
+        p.observe_acceptance(16, 0)
+    assert p.choose(available=16) == 0
+    p.set_match(20)  # ...which says nothing about twenty-token ones
+    assert p.choose(available=16) == 16
+
+
+def test_a_short_lookup_in_a_wide_stretch_is_padded_not_a_detour() -> None:
+    p = _gpu_policy()
+    p.begin_request()
+    p.observe_foreseen([True] * 30)
+    p.set_match(40)
+    for _ in range(10):
+        p.observe(16, 16, 0.0051, 0.0, width=17)
+    p.set_match(40)
+    assert p.choose(available=3) == 16  # three real tokens, padded: the width and its graph stay

@@ -17,6 +17,8 @@ class Drafter(Protocol):
     source: str  # ngram | model | cross-vocab
     cost_per_token_s: float  # measured cost of drafting one token (0 for lookups)
     prefill_cost_per_token_s: float  # measured cost of reading one context token in a batch
+    # A lookup's last draft: how many tokens before it matched its source (None: not a lookup).
+    match_len: int | None
 
     def catch_up_tokens(self, committed: list[int]) -> int:
         """Context tokens the drafter would have to read before its next draft."""
@@ -48,12 +50,15 @@ class NgramDrafter:
     cost_per_token_s = 0.0
     prefill_cost_per_token_s = 0.0
 
+    MAX_MATCH = 64  # a match is measured back this far at most
+
     def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError(f"n-gram sizes {n_min}..{n_max}")
         self.n_min, self.n_max = n_min, n_max
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # tokens of the history already in the index
+        self.match_len: int | None = 0
 
     def begin(self, prompt: list[int], draft_prompt: bytes | None) -> None:
         self._index.clear()
@@ -77,6 +82,7 @@ class NgramDrafter:
         # A continuation that reaches the end of the history is looked up again from its own tail,
         # so a repeating pattern drafts as far as k.
         out: list[int] = []
+        self.match_len = 0
         while len(out) < k:
             more = self._lookup(committed, out, k - len(out))
             if not more:
@@ -92,8 +98,17 @@ class NgramDrafter:
             start = self._index.get(tuple(tail[-n:]))
             if start is not None:
                 follow = start + n
+                if not drafted:
+                    self.match_len = self._match_back(committed, follow)
                 return committed[follow : follow + k]
         return []
+
+    def _match_back(self, committed: list[int], follow: int) -> int:
+        """How many tokens before `follow` equal the last tokens of `committed`."""
+        n, end = 0, len(committed)
+        while n < min(self.MAX_MATCH, follow) and committed[follow - 1 - n] == committed[end - 1 - n]:
+            n += 1
+        return n
 
     def sync(self, committed: list[int]) -> None:
         pass
@@ -209,6 +224,8 @@ class _GreedyModel:
 class ModelDrafter:
     """A smaller model with the target's vocabulary drafts greedily on the token path."""
 
+    match_len: int | None = None
+
     source = "model"
 
     def __init__(self, model: Backend, cost_per_token_s: float, prefill_cost_per_token_s: float) -> None:
@@ -236,6 +253,8 @@ class CrossVocabDrafter:
     The drafter reads its own rendering of the prompt (`draft_prompt`), followed by the text the target
     has generated; the target verifies every proposed token, so the output stays exact.
     """
+
+    match_len: int | None = None
 
     source = "cross-vocab"
 

@@ -195,30 +195,40 @@ def generate(
         # One step: choose a draft length, draft, verify in one target pass, accept.
         step_t0 = clock()
         room = min(request.max_tokens - n_generated - 1, target.n_ctx - len(committed) - 1)
-        k, draft, draft_s = 0, [], 0.0
+        k, draft, draft_s, proposal = 0, [], 0.0, []
         if use_draft:
             assert drafter is not None
             assert policy is not None
-            k = min(
-                policy.choose(
-                    lambda: drafter.catch_up_tokens(committed) * drafter.prefill_cost_per_token_s,
-                    request.max_tokens - n_generated,
-                    probe=not free_drafter,
-                ),
-                max(room, 0),
-            )
-            if k > 0:
-                d0 = clock()
-                draft = drafter.propose(committed, k)[:k]
-                draft_s = clock() - d0
-                policy.observe_draft_cost(len(draft), draft_s)
+            if free_drafter:
+                # A lookup costs nothing: look first, and choose knowing whether (and how far) it
+                # found something. No match is a plain step, not a miss: only real drafts are judged.
+                proposal = drafter.propose(committed, min(policy.max_draft, max(room, 0)))
+                if drafter.match_len is not None:
+                    policy.set_match(drafter.match_len)
+                k = 0
+                if proposal:
+                    k = policy.choose(
+                        remaining=request.max_tokens - n_generated, probe=False, available=len(proposal)
+                    )
+                draft = proposal[:k]
+                if k == 0 and proposal and not shadow.draft:
+                    shadow.start(proposal, policy.state)
             else:
-                if policy.last_reason:
-                    stats.fallback_steps += 1
-                    stats.fallback_reason = policy.last_reason
-                if free_drafter and not shadow.draft:
-                    assert drafter is not None
-                    shadow.start(drafter.propose(committed, policy.max_draft), policy.hot)
+                k = min(
+                    policy.choose(
+                        lambda: drafter.catch_up_tokens(committed) * drafter.prefill_cost_per_token_s,
+                        request.max_tokens - n_generated,
+                    ),
+                    max(room, 0),
+                )
+                if k > 0:
+                    d0 = clock()
+                    draft = drafter.propose(committed, k)[:k]
+                    draft_s = clock() - d0
+                    policy.observe_draft_cost(len(draft), draft_s)
+            if k == 0 and policy.last_reason:
+                stats.fallback_steps += 1
+                stats.fallback_reason = policy.last_reason
         n_real = len(draft)
         if use_draft and k > n_real and policy is not None and policy.pad_pays(n_real, k):
             # Keep the pass at the chosen width; filler is verified like any draft, and rarely kept.
@@ -233,6 +243,10 @@ def generate(
                 drafter.sync(committed + step_tokens)
             else:
                 shadow.check(step_tokens[0], policy)
+            if free_drafter:
+                policy.observe_foreseen(
+                    [i < len(proposal) and proposal[i] == t for i, t in enumerate(step_tokens)]
+                )
             host_s = clock() - step_t0 - draft_s - result.verify_s
             # A draft that came out empty is a miss for the policy; a short one is judged on its tokens.
             policy.observe(

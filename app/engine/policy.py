@@ -11,6 +11,10 @@ consecutive passes keep their shape, and a new shape runs uncaptured, then is ca
 has a steady cost (the same width again) and a switch penalty (the extra cost of the passes after a
 change of width); the policy charges a change of width its penalty, spread over the steps it is
 expected to last, which makes it keep one width through a run of drafts and stay plain through prose.
+
+A lookup costs nothing, so its draft is made before the choice and judged by what it is: how far back
+its match reaches and whether the answer has been a copy so far. A lookup that finds nothing is a plain
+step, not a miss.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +49,29 @@ _PROBE_MIN_GAIN = 1.25
 # seen (measured: a quarter let gemma-3-270m prefill an 800-token prompt on a 2-core CPU, 0.81x).
 _PROBE_BUDGET = 0.1
 # A change of width pays its switch penalty once; the policy spreads it over the steps a drafting
-# stretch is expected to last, a running mean of past stretches (measured on an H200: a change costs
-# the next two passes about three plain steps, so a short excursion into drafting and back rarely pays).
+# stretch is expected to last: a running mean of past stretches, or for a lookup in a copy what its
+# acceptance implies (measured on an H200: a change costs the next two passes about three plain steps,
+# so a short excursion into drafting and back rarely pays).
 _RUN_PRIOR = 4.0
 _RUN_EMA = 0.2
 # A draft accepted whole from this length on starts a run ("hot"): prose shares a word or two with
 # its context by chance (measured: chat with n-gram lookups on an H200 lost 3-15% at 2).
 _HOT_RUN = 3
+# A lookup's draft is judged by how long a stretch before it matched its source: the longer, the likelier
+# the copy goes on (measured over bench/prompts.json with Qwen2.5-Coder-1.5B: a 2-token match in a chat
+# answer kept 1.7 of 16 drafted tokens, a 32-token match in a code edit 14.5). Each length class learns
+# its own acceptance, starting from a prior that grows with the length.
+MATCH_CLASSES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+# ...and by whether the answer is a copy so far: an edited copy of code keeps matching its source
+# between the edits, while prose matches a word pair by chance. "Dense": at least 60% of the last 16
+# tokens were what the lookup would have proposed. The first tokens of an answer count as dense: a
+# draft wasted there costs little, a copy missed from its start costs a fifth of a short edit.
+# (Chosen with scripts/policy-sim.py over bench/prompts.json at 128, 256 and 384 tokens.)
+COPY_WINDOW = 16
+COPY_DENSE = 0.6
+COPY_START = 4
+# In a copy the first drafted token is the question; once it is taken the source usually goes on.
+_COPY_GOES_ON = 0.9
 
 
 @dataclass
@@ -175,9 +196,10 @@ def measure_verify_costs(
 class DraftPolicy:
     """Chooses each step's draft length; one instance per loaded pair, learning across requests.
 
-    Acceptance is tracked in two states: after a draft of 3+ tokens that was accepted whole ("hot": a
-    copied block goes on, a drafter is in step with the target) and otherwise ("cold"). Drafts come in
-    runs, so the state predicts the next draft far better than one average; each state learns apart.
+    Acceptance is tracked by state, each learning apart. A drafter model's drafts are in one of two:
+    after a draft of 3+ tokens that was accepted whole ("hot": the drafter is in step with the target)
+    and otherwise ("cold"); drafts come in runs, so the state predicts the next draft far better than
+    one average. A lookup's draft is in the class of its match length (`set_match`).
     """
 
     def __init__(
@@ -188,14 +210,21 @@ class DraftPolicy:
         self.draft_cost_s = draft_cost_s
         self.adaptive = adaptive
         # decayed counts of accepted / tried drafts by position, per state (0 cold, 1 hot)
-        self.hits = [[0.0] * max_draft for _ in range(2)]
-        self.tries = [[0.0] * max_draft for _ in range(2)]
+        n_states = 2 + 2 * len(MATCH_CLASSES)
+        self.hits = [[0.0] * max_draft for _ in range(n_states)]
+        self.tries = [[0.0] * max_draft for _ in range(n_states)]
         self.hot = 0
+        self.match_class: int | None = None  # the state of the lookup draft at hand
+        self._copied: deque[bool] = deque(maxlen=COPY_WINDOW)  # last tokens: foreseen by the lookup?
+        self._seen = 0  # tokens of this answer
         self.host_s = 0.0
-        self.width = 1  # width of the last target pass (1: a plain step)
+        self.width = 1  # width of the last target pass (1: a plain step; 0: a prompt's prefill)
         self._run = 0  # passes of that width in a row
         self._regime_run = 0  # passes in a row on the same side (plain or drafting)
-        self.expected_run = _RUN_PRIOR  # passes a drafting stretch lasts
+        # passes a drafting stretch lasts, by how it began: a drafter model's, a lookup's in a copy,
+        # a lookup's in prose
+        self.expected_runs = [_RUN_PRIOR] * 3
+        self._run_kind = 0
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
         self._grace = False  # a hot run just missed: one more draft at the same width
@@ -206,19 +235,70 @@ class DraftPolicy:
         changed the width (what was learned about acceptance and costs stays)."""
         self.hot = 0
         self._grace = False
-        self.width, self._run, self._regime_run = 1, 0, 0
+        self.width, self._run, self._regime_run = 0, 0, 0
+        self._copied.clear()
+        self._seen = 0
+        for state in range(2, len(self.hits)):
+            self.hits[state] = [0.0] * self.max_draft
+            self.tries[state] = [0.0] * self.max_draft
 
-    def acceptance(self, hot: int | None = None) -> list[float]:
+    @property
+    def state(self) -> int:
+        return self.hot if self.match_class is None else 2 + self.match_class
+
+    def _expected_run(self) -> float:
+        """Passes a drafting stretch begun now is expected to last.
+
+        A lookup's stretch goes on while its drafts are taken: with a chance a of the first drafted
+        token being right, 1 / (1 - a) passes. A drafter model's: the running mean of past stretches.
+        """
+        if self._kind() != 1:
+            return self.expected_runs[self._kind()]
+        first = self.acceptance()[0]
+        return min(1.0 / max(1.0 - first, 1e-3), float(self.max_draft))
+
+    def _kind(self) -> int:
+        if self.match_class is None:
+            return 0
+        return 1 if self.match_class < len(MATCH_CLASSES) else 2
+
+    def dense(self) -> bool:
+        """Whether the answer so far is mostly what the lookup foresaw (a copy, an edited copy)."""
+        if self._seen < COPY_START:
+            return True
+        return sum(self._copied) >= COPY_DENSE * len(self._copied)
+
+    def set_match(self, length: int) -> None:
+        """The draft at hand is a lookup whose last `length` tokens matched its source."""
+        match_class = max(0, sum(length >= m for m in MATCH_CLASSES) - 1)
+        self.match_class = match_class + (0 if self.dense() else len(MATCH_CLASSES))
+
+    def observe_foreseen(self, foreseen: list[bool]) -> None:
+        """Per token the last step added: whether the lookup's draft (made or not) had it there."""
+        self._copied.extend(foreseen)
+        self._seen += len(foreseen)
+
+    def acceptance(self, state: int | None = None) -> list[float]:
         """Per position: the chance it is accepted once the ones before it were.
 
         A position seldom tried leans on the position before it, not on a flat prior: in a copied
         run every position is as likely as the first, so drafts grow as far as acceptance holds.
         """
-        state = self.hot if hot is None else hot
-        out, prior = [], _PRIOR_ACCEPT
+        state = self.state if state is None else state
+        if state < 2:
+            prior = _PRIOR_ACCEPT
+        elif state < 2 + len(MATCH_CLASSES):
+            length = MATCH_CLASSES[state - 2]
+            prior = length / (length + 1.0)
+        else:
+            length = MATCH_CLASSES[state - 2 - len(MATCH_CLASSES)]
+            prior = length / (length + 2.0)
+        out = []
         for h, t in zip(self.hits[state], self.tries[state], strict=True):
             prior = (h + prior * _PRIOR_WEIGHT) / (t + _PRIOR_WEIGHT)
             out.append(prior)
+            if 2 <= state < 2 + len(MATCH_CLASSES):
+                prior = max(prior, _COPY_GOES_ON)
         return out
 
     def _pass_seconds(self, width: int) -> float:
@@ -230,12 +310,23 @@ class DraftPolicy:
         if width == self.width or width == 1:
             return self.costs.cost(width)
         penalty = self.costs.penalty(width)
-        if self.width == 1:
+        if self.width == 0:  # after a prefill every width is new: only the difference counts
+            penalty -= self.costs.penalty(1)
+        elif self.width == 1:
             penalty += self.costs.penalty(1)
-        return self.costs.cost(width) + penalty / self.expected_run
+        return self.costs.cost(width) + penalty / self._expected_run()
 
     def _seconds(self, k: int) -> float:
         return self._pass_seconds(k + 1) + k * self.draft_cost_s + self.host_s
+
+    def _detour_extra(self, width: int) -> float:
+        """What one pass of `width` between passes of the current width adds to its own cost: its first
+        pass runs uncaptured, and coming back pays the current width's whole penalty."""
+        return (
+            self.costs.penalty(width) / 2
+            + self.costs.penalty(self.width)
+            - (self._pass_seconds(width) - self.costs.cost(width))
+        )
 
     def pad_pays(self, drafted: int, k: int) -> bool:
         """Whether a draft that came out shorter than the chosen k is better verified padded to k.
@@ -252,15 +343,25 @@ class DraftPolicy:
         detour = self.costs.cost(short) + self.costs.penalty(short) / 2 + self.costs.penalty(padded)
         return self.costs.cost(padded) <= detour
 
-    def best(self) -> tuple[int, float]:
-        """(k, speed-up over a plain step) for the best draft length, in one pass over k."""
+    def best(self, available: int | None = None) -> tuple[int, float]:
+        """(k, speed-up over a plain step) for the best draft length, in one pass over k.
+
+        available: a draft already made is this long; a longer k pads it with filler, which gains
+        nothing but may keep the width of the passes before (and its captured graph).
+        """
         plain = 1.0 / self._seconds(0)
         best_k, best_rate = 0, plain
         tokens, survive = 1.0, 1.0
+        # A draft that came out short in the middle of a stretch: another width is a one-pass detour
+        # (the next lookup is most likely full length again), paid for on the way out and back.
+        detour = available is not None and self.costs.switch is not None and self.width > 1
         for k, a in enumerate(self.acceptance(), start=1):
-            survive *= a
+            survive *= a if available is None or k <= available else 0.0
             tokens += survive
-            rate = tokens / self._seconds(k)
+            seconds = self._seconds(k)
+            if detour and available is not None and available < self.width - 1 and k + 1 != self.width:
+                seconds += self._detour_extra(k + 1)
+            rate = tokens / seconds
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate / plain
@@ -278,7 +379,11 @@ class DraftPolicy:
         return max((k + 1) * plain / self._seconds(k) for k in range(1, self.max_draft + 1))
 
     def choose(
-        self, catch_up_s: Callable[[], float] = lambda: 0.0, remaining: int = 256, probe: bool = True
+        self,
+        catch_up_s: Callable[[], float] = lambda: 0.0,
+        remaining: int = 256,
+        probe: bool = True,
+        available: int | None = None,
     ) -> int:
         """Draft length for the next step (0: decode plainly).
 
@@ -286,6 +391,8 @@ class DraftPolicy:
         remaining: tokens the request may still generate.
         probe: whether plain stretches need probe drafts to see acceptance again; not for a free
         drafter, whose drafts are scored against the plain tokens at no cost (a shadow draft).
+        available: the length of a draft already made (a free drafter proposes before the choice):
+        no longer draft is considered.
         """
         if not self.adaptive:
             return self.max_draft
@@ -296,7 +403,7 @@ class DraftPolicy:
             self._grace = False
             if self.width > 1:
                 return self.width - 1
-        k, gain = self.best()
+        k, gain = self.best(available)
         if k > 0 and gain >= _MIN_GAIN:
             self._probe_every = _FIRST_PROBE
             self._since_probe = 0
@@ -332,18 +439,20 @@ class DraftPolicy:
         if position < self.max_draft:
             self.hits[state][position] += 1.0 if hit else 0.0
             self.tries[state][position] += 1.0
-        if not hit or last:
+        if (not hit or last) and state < 2:
             self.hot = int(hit and position >= _HOT_RUN - 1)
 
     def observe_acceptance(self, drafted: int, accepted: int) -> None:
         """One verified draft: positions up to the first rejection were tried, the first `accepted` hit."""
         if drafted == 0:
             return
-        state = self.hot
+        state = self.state
         self._age(state)
         for i in range(min(drafted, accepted + 1, self.max_draft)):
             self.hits[state][i] += 1.0 if i < accepted else 0.0
             self.tries[state][i] += 1.0
+        if state >= 2:  # a lookup: the next draft's own match length says how it stands
+            return
         self._grace = state == 1 and accepted < drafted
         self.hot = int(accepted == drafted >= _HOT_RUN)  # a word or two in common is no run
 
@@ -356,11 +465,14 @@ class DraftPolicy:
         width = drafted + 1 if width is None else width
         self.observe_acceptance(drafted, accepted)
         self._run = self._run + 1 if width == self.width else 1
-        if (width > 1) == (self.width > 1):
+        if self.width == 0 or (width > 1) == (self.width > 1):
             self._regime_run += 1
         else:
             if self.width > 1:  # a drafting stretch ended
-                self.expected_run += _RUN_EMA * (self._regime_run - self.expected_run)
+                kind = self._run_kind
+                self.expected_runs[kind] += _RUN_EMA * (self._regime_run - self.expected_runs[kind])
+            else:
+                self._run_kind = self._kind()
             self._regime_run = 1
         self.width = width
         # The first passes after a change of width carry its switch penalty, not the steady cost.
