@@ -69,6 +69,7 @@ class PromptReport:
                 "verify": round(s.verify_s, 4),
                 "host": round(s.host_s, 4),
             },
+            "passes": [f"{w}/{real}/{acc}@{ms}" for w, real, acc, ms in s.passes],
             "match": self.match,
             "first_difference": self.first_difference,
             "margin_at_difference": None if self.margin is None else round(self.margin, 4),

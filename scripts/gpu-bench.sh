@@ -6,6 +6,8 @@
 #   gpu-bench.sh ngram     n-gram prompt lookup
 #   gpu-bench.sh fixed     n-gram at a fixed draft length 16 (as the naive loop), argmax on device and host
 #   gpu-bench.sh cross     gemma-3-270m drafting across vocabularies, and the naive n-gram baseline
+#   gpu-bench.sh trace     n-gram with every pass recorded (--json), at a fixed length 16 for comparison,
+#                          the naive loop at k=16, and greedy answers for scripts/policy-sim.py
 #   gpu-bench.sh placement devices --json; one answer and tok/s per placement: all on the GPU, drafter
 #                          on the CPU, half the target's layers on the CPU (and two GPUs when there are)
 set -uo pipefail
@@ -40,6 +42,15 @@ case "${1:-}" in
     bench --draft "$G" --draft-device gpu > "$OUT/bench-cross.txt" 2>&1
     python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 4,8,16 > "$OUT/naive-ngram.txt" 2>&1
     tail -n 22 "$OUT/bench-cross.txt"; cat "$OUT/naive-ngram.txt" | cut -c1-150 ;;
+  trace)
+    bench --ngram --json > "$OUT/bench-ngram.jsonl" 2> "$OUT/bench-ngram.err"
+    bench --ngram --no-adaptive --only edit-rename,edit-typehints,edit-fstrings,edit-fix-offbyone,verbatim-copy \
+      > "$OUT/bench-ngram-fixed16.txt" 2>&1
+    python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 16 > "$OUT/naive-ngram.txt" 2>&1
+    python3 scripts/policy-sim.py record --target "$Q" --tokens 384 --out "$OUT/answers-gpu.json" > "$OUT/record.txt" 2>&1
+    python3 -c "import json,sys; [print(r['prompt'], r['ratio'], r['draft_lengths'], ' '.join(r['passes'])) \
+for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r and r['kind'] == 'code-edit']" "$OUT/bench-ngram.jsonl" | cut -c1-600
+    grep -E "^edit|^verb" "$OUT/bench-ngram-fixed16.txt"; grep '"k": 16' "$OUT/naive-ngram.txt" | cut -c1-110 ;;
   placement)
     P="$OUT/placement"; mkdir -p "$P"
     python3 -m app devices --json --target "$Q" > "$P/devices.json" 2> "$P/devices.err"
@@ -64,5 +75,5 @@ print(sys.argv[2], repr(d['text']), p['target']['device_reason'], '| draft:', p[
                         bench --tensor-split 1,1 --ngram --only "$only" > "$P/bench-split.txt" 2>&1; }
     for f in "$P"/bench-*.txt; do echo "== $(basename "$f")"; grep -E "^(edit|chat|write)-" "$f" | cut -c1-120; done
     tar czf "$OUT/placement.tgz" -C "$OUT" placement && rm -rf "$P" ;;
-  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|placement"; exit 2 ;;
+  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|trace|placement"; exit 2 ;;
 esac

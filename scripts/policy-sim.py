@@ -15,6 +15,8 @@ it (see `bench --shapes`). The naive prompt-lookup loop (../shared/gpu/naive_ngr
 
 from __future__ import annotations
 
+import llama_cpp  # noqa: F401  # isort: skip  (before NumPy: the other order crashed a CUDA build)
+
 import argparse
 import json
 import time
@@ -156,8 +158,6 @@ def run_naive(case: dict[str, Any], k: int, n: int) -> tuple[float, list[int]]:
 
 
 def record(a: argparse.Namespace) -> None:
-    import llama_cpp  # noqa: F401  # isort: skip  (before NumPy)
-
     from app.catalog.packaged import resolve_model
     from app.config import EngineSettings, Settings
     from app.engine.engine import Engine

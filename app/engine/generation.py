@@ -257,6 +257,6 @@ def generate(
         else:
             stats.host_s += clock() - step_t0 - result.verify_s
         stats.verify_s += result.verify_s
-        stats.record_step(k, len(draft), result.accepted, padded=len(draft) - n_real)
+        stats.record_step(k, len(draft), result.accepted, len(draft) - n_real, result.verify_s)
         if on_step is not None:
             on_step(committed + step_tokens)

@@ -21,6 +21,8 @@ class SpecStats:
     draft_position_hits: list[int] = field(default_factory=list)
     draft_lengths: dict[int, int] = field(default_factory=dict)  # chosen max draft length -> steps
     accepted_hist: dict[int, int] = field(default_factory=dict)  # accepted drafts per spec step -> count
+    # per target pass: (width, real draft tokens, accepted, verify ms), for reading a policy's choices
+    passes: list[tuple[int, int, int, float]] = field(default_factory=list)
     fallback_steps: int = 0  # steps the policy decoded plainly because drafting would not pay
     fallback_reason: str = ""
     prefill_s: float = 0.0
@@ -29,8 +31,11 @@ class SpecStats:
     host_s: float = 0.0
     decode_s: float = 0.0  # wall time from the first generated token to the last
 
-    def record_step(self, max_len: int, drafted: int, accepted: int, padded: int = 0) -> None:
+    def record_step(
+        self, max_len: int, drafted: int, accepted: int, padded: int = 0, verify_s: float = 0.0
+    ) -> None:
         self.steps += 1
+        self.passes.append((drafted + 1, drafted - padded, accepted, round(verify_s * 1e3, 3)))
         self.padded += padded
         self.draft_lengths[max_len] = self.draft_lengths.get(max_len, 0) + 1
         if drafted == 0:
