@@ -59,6 +59,9 @@ class EngineSettings(Section):
     device_argmax: bool = Field(
         True, description="greedy decoding takes the argmax on the device instead of copying logits out"
     )
+    flash_attn: Literal["auto", "on", "off"] = Field(
+        "auto", description="llama.cpp flash attention (auto: where the device supports it)"
+    )
 
 
 class ServerSettings(Section):

@@ -8,6 +8,7 @@
 #   gpu-bench.sh cross     gemma-3-270m drafting across vocabularies, and the naive n-gram baseline
 #   gpu-bench.sh trace     n-gram with every pass recorded (--json), at a fixed length 16 for comparison,
 #                          the naive loop at k=16, and greedy answers for scripts/policy-sim.py
+#   gpu-bench.sh fa        flash attention off and auto: pass timings, n-gram runs, the naive loop beside
 #   gpu-bench.sh placement devices --json; one answer and tok/s per placement: all on the GPU, drafter
 #                          on the CPU, half the target's layers on the CPU (and two GPUs when there are)
 set -uo pipefail
@@ -51,6 +52,16 @@ case "${1:-}" in
     python3 -c "import json,sys; [print(r['prompt'], r['ratio'], r['draft_lengths'], ' '.join(r['passes'])) \
 for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r and r['kind'] == 'code-edit']" "$OUT/bench-ngram.jsonl" | cut -c1-600
     grep -E "^edit|^verb" "$OUT/bench-ngram-fixed16.txt"; grep '"k": 16' "$OUT/naive-ngram.txt" | cut -c1-110 ;;
+  fa)
+    edits=edit-docstrings,edit-rename,edit-typehints,edit-fstrings,edit-fix-offbyone,verbatim-copy
+    bench --no-draft --shapes --flash-attn off > "$OUT/shapes-fa-off.txt" 2>&1
+    for fa in off auto; do bench --ngram --json --flash-attn $fa > "$OUT/bench-ngram-fa-$fa.jsonl" 2> "$OUT/bench-fa-$fa.err"; done
+    bench --ngram --no-adaptive --flash-attn off --only "$edits" > "$OUT/bench-fixed16-fa-off.txt" 2>&1
+    python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 16 > "$OUT/naive-ngram.txt" 2>&1
+    for fa in off auto; do echo "== flash attention $fa"; python3 -c "import json,sys; [print(f\"{r['prompt']:<24} {r['ratio']:5.2f}x {r['spec_tok_s']:7.0f} t/s plain {r['plain_tok_s']:5.0f}\", \
+r['draft_lengths']) for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r]" "$OUT/bench-ngram-fa-$fa.jsonl"; done
+    grep -E "^edit|^verb" "$OUT/bench-fixed16-fa-off.txt" | cut -c1-80; grep -E "^device/steady" "$OUT/shapes-fa-off.txt"
+    grep '"k": 16' "$OUT/naive-ngram.txt" | cut -c1-100 ;;
   placement)
     P="$OUT/placement"; mkdir -p "$P"
     python3 -m app devices --json --target "$Q" > "$P/devices.json" 2> "$P/devices.err"
@@ -75,5 +86,5 @@ print(sys.argv[2], repr(d['text']), p['target']['device_reason'], '| draft:', p[
                         bench --tensor-split 1,1 --ngram --only "$only" > "$P/bench-split.txt" 2>&1; }
     for f in "$P"/bench-*.txt; do echo "== $(basename "$f")"; grep -E "^(edit|chat|write)-" "$f" | cut -c1-120; done
     tar czf "$OUT/placement.tgz" -C "$OUT" placement && rm -rf "$P" ;;
-  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|trace|placement"; exit 2 ;;
+  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|trace|fa|placement"; exit 2 ;;
 esac

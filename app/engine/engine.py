@@ -62,6 +62,7 @@ class Engine:
             gpu_layers=es.gpu_layers,
             tensor_split=es.tensor_split,
             device_argmax=es.device_argmax,
+            flash_attn=es.flash_attn,
         )
         self.draft_model: LlamaBackend | None = None
         self.draft_chat: ChatFormat | None = None
@@ -103,7 +104,8 @@ class Engine:
         argmax = "dev" if t.supports_device_argmax else "host"
         # where the layers sit changes the verify costs: partial offload, a pinned GPU, a split
         place = f"{t.facts.device}{t.main_gpu}:{t.facts.gpu_layers}l:{t.tensor_split or ''}"
-        return f"{t.path.name}:{st.st_size}:{place}:{t.n_threads}t:{t.n_batch}b:{argmax}"
+        fa = self.settings.engine.flash_attn
+        return f"{t.path.name}:{st.st_size}:{place}:{t.n_threads}t:{t.n_batch}b:{argmax}:fa-{fa}"
 
     def _load_drafter(self, path: Path) -> Drafter:
         es = self.settings.engine
@@ -116,6 +118,7 @@ class Engine:
                 device=es.draft_device,
                 gpu_layers=-1,  # gpu_layers is the target's partial offload; a drafter on a GPU goes whole
                 device_argmax=es.device_argmax,
+                flash_attn=es.flash_attn,
             )
         except ModelLoadError as exc:
             raise DrafterUnusable(f"the drafter cannot be used: {exc}") from exc

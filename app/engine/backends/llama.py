@@ -149,6 +149,13 @@ def read_model_header(path: Path) -> gguf.GGUFHeader:
         raise ModelLoadError(f"{path.name} is not a usable GGUF model file: {exc}") from None
 
 
+_FLASH_ATTN = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
 class LlamaBackend:
     """One llama.cpp model and context with a single sequence (id 0)."""
 
@@ -163,6 +170,7 @@ class LlamaBackend:
         gpu_layers: int = -1,
         tensor_split: list[float] | None = None,
         device_argmax: bool = True,
+        flash_attn: str = "auto",
     ) -> None:
         self.path = Path(path)
         self.header = read_model_header(self.path)
@@ -204,6 +212,7 @@ class LlamaBackend:
             cparams.n_seq_max = 1
             cparams.n_threads = threads
             cparams.n_threads_batch = threads
+            cparams.flash_attn_type = _FLASH_ATTN[flash_attn]
             cparams.swa_full = True  # rollback needs the whole sliding window kept (gemma3)
             cparams.no_perf = True
             cparams.n_outputs_max_per_seq = n_batch  # backend sampling of a whole verify batch
