@@ -9,6 +9,7 @@
 #   gpu-bench.sh trace     n-gram with every pass recorded (--json), at a fixed length 16 for comparison,
 #                          the naive loop at k=16, and greedy answers for scripts/policy-sim.py
 #   gpu-bench.sh fa        flash attention off and auto: pass timings, n-gram runs, the naive loop beside
+#   gpu-bench.sh final     n-gram over every prompt (table, and passes for the edits) beside the naive loop
 #   gpu-bench.sh placement devices --json; one answer and tok/s per placement: all on the GPU, drafter
 #                          on the CPU, half the target's layers on the CPU (and two GPUs when there are)
 set -uo pipefail
@@ -62,6 +63,12 @@ for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r and r['kind'] == 'c
 r['draft_lengths']) for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r]" "$OUT/bench-ngram-fa-$fa.jsonl"; done
     grep -E "^edit|^verb" "$OUT/bench-fixed16-fa-off.txt" | cut -c1-80; grep -E "^device/steady" "$OUT/shapes-fa-off.txt"
     grep '"k": 16' "$OUT/naive-ngram.txt" | cut -c1-100 ;;
+  final)
+    bench --ngram > "$OUT/bench-ngram.txt" 2>&1
+    bench --ngram --json --only edit-docstrings,edit-rename,edit-typehints,edit-fstrings,edit-fix-offbyone \
+      > "$OUT/bench-ngram-edits.jsonl" 2> /dev/null
+    python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 4,8,16 > "$OUT/naive-ngram.txt" 2>&1
+    tail -n 22 "$OUT/bench-ngram.txt"; grep -E '"k": 16' "$OUT/naive-ngram.txt" | cut -c1-100 ;;
   placement)
     P="$OUT/placement"; mkdir -p "$P"
     python3 -m app devices --json --target "$Q" > "$P/devices.json" 2> "$P/devices.err"
@@ -86,5 +93,5 @@ print(sys.argv[2], repr(d['text']), p['target']['device_reason'], '| draft:', p[
                         bench --tensor-split 1,1 --ngram --only "$only" > "$P/bench-split.txt" 2>&1; }
     for f in "$P"/bench-*.txt; do echo "== $(basename "$f")"; grep -E "^(edit|chat|write)-" "$f" | cut -c1-120; done
     tar czf "$OUT/placement.tgz" -C "$OUT" placement && rm -rf "$P" ;;
-  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|trace|fa|placement"; exit 2 ;;
+  *) echo "usage: gpu-bench.sh prepare|shapes|ngram|fixed|cross|trace|fa|final|placement"; exit 2 ;;
 esac

@@ -100,7 +100,14 @@ class ReplayBackend:
         return b""
 
 
-def _costs() -> VerifyCosts:
+def _costs(props: Path | None = None) -> VerifyCosts:
+    """What the policy believes: the clock's own table, or a real engine's calibration (bench --json)."""
+    if props is not None:
+        last = [json.loads(line) for line in props.read_text().splitlines() if '"props"' in line][-1]
+        policy = last["props"]["draft"]["policy"]
+        steady = {m: v / 1e3 for m, v in enumerate(policy["verify_cost_ms"], start=1)}
+        switch = {m: v / 1e3 for m, v in enumerate(policy["switch_penalty_ms"], start=1)}
+        return VerifyCosts.from_points(steady, MAX_WIDTH, switch)
     steady = {m: v / 1e3 for m, v in STEADY.items()}
     switch = {m: (FIRST[m] + CAPTURE[m] - 2 * STEADY[m]) / 1e3 for m in STEADY}
     return VerifyCosts.from_points(steady, MAX_WIDTH, switch)
@@ -196,7 +203,7 @@ def replay(a: argparse.Namespace) -> None:
         want = set(a.only.split(","))
         cases = [c for c in cases if c["name"] in want or c["kind"] in want]
     naive_ks = [int(k) for k in a.naive_k.split(",") if k]
-    policy = DraftPolicy(_costs(), 16, 0.0)
+    policy = DraftPolicy(_costs(a.calibration), 16, 0.0)
     head = f"{'prompt':<24} {'plain':>6} {'engine':>6} " + " ".join(f"{'k=' + str(k):>6}" for k in naive_ks)
     print(head + "   engine widths")
     for case in cases:
@@ -232,6 +239,7 @@ def main() -> None:
     rep.add_argument("--only", default="")
     rep.add_argument("--tokens", type=int, default=256)
     rep.add_argument("--naive-k", default="4,8,16")
+    rep.add_argument("--calibration", type=Path, help="bench --json output whose calibration the policy uses")
     a = ap.parse_args()
     record(a) if a.command == "record" else replay(a)
 

@@ -233,6 +233,7 @@ class DraftPolicy:
         self._since_probe = 0
         self._probe_every = _FIRST_PROBE
         self._grace = False  # a hot run just missed: one more draft at the same width
+        self._lookup_choice = False  # the last choice was a lookup's, at its one width
         self.last_reason = ""
 
     def begin_request(self) -> None:
@@ -324,6 +325,14 @@ class DraftPolicy:
     def _seconds(self, k: int) -> float:
         return self._pass_seconds(k + 1) + k * self.draft_cost_s + self.host_s
 
+    def _one_width(self, available: int | None) -> bool:
+        """A lookup's drafts on a device that captures graphs by shape are verified at one width, the
+        longest: the cost curve is flat near its top (on an H200 widths 15 and 17 cost within 3%) while
+        every change of width costs about three plain steps, and a calibration's noise between near
+        widths would otherwise pin the stretch to a shorter one. The choice is a plain step or a full pass.
+        """
+        return available is not None and self.costs.switch is not None
+
     def _detour_extra(self, width: int) -> float:
         """What one pass of `width` between passes of the current width adds to its own cost: its first
         pass runs uncaptured, and coming back pays the current width's whole penalty."""
@@ -340,6 +349,8 @@ class DraftPolicy:
         """
         if drafted >= k or drafted == 0 or self.costs.switch is None:
             return False  # nothing drafted: a plain step, not a pass of filler
+        if self._lookup_choice:
+            return True  # the one width of a lookup's stretch
         padded, short = k + 1, drafted + 1
         if padded != self.width:  # entering a new width either way: the cheaper one
             return self._pass_seconds(padded) <= self._pass_seconds(short)
@@ -360,9 +371,12 @@ class DraftPolicy:
         # A draft that came out short in the middle of a stretch: another width is a one-pass detour
         # (the next lookup is most likely full length again), paid for on the way out and back.
         detour = available is not None and self.costs.switch is not None and self.width > 1
+        one_width = self._one_width(available)
         for k, a in enumerate(self.acceptance(), start=1):
             survive *= a if available is None or k <= available else 0.0
             tokens += survive
+            if one_width and k < self.max_draft:
+                continue
             seconds = self._seconds(k)
             if detour and available is not None and available < self.width - 1 and k + 1 != self.width:
                 seconds += self._detour_extra(k + 1)
@@ -408,6 +422,7 @@ class DraftPolicy:
             self._grace = False
             if self.width > 1:
                 return self.width - 1
+        self._lookup_choice = self._one_width(available)
         k, gain = self.best(available)
         if k > 0 and gain >= _MIN_GAIN:
             self._probe_every = _FIRST_PROBE
