@@ -42,7 +42,12 @@ class DraftSettings(Section):
     )
     max_draft: int = Field(16, ge=1, le=64, description="longest draft verified in one target pass")
     ngram_min: int = Field(2, ge=1, le=8, description="shortest n-gram matched in the prompt lookup")
-    ngram_max: int = Field(4, ge=1, le=16, description="longest n-gram matched in the prompt lookup")
+    ngram_max: int = Field(
+        6,
+        ge=1,
+        le=16,
+        description="longest n-gram matched in the prompt lookup (the longer, the surer the source)",
+    )
     adaptive: bool = Field(True, description="choose the draft length from measured acceptance and cost")
 
 

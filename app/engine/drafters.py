@@ -52,7 +52,7 @@ class NgramDrafter:
 
     MAX_MATCH = 64  # a match is measured back this far at most
 
-    def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
+    def __init__(self, n_min: int = 2, n_max: int = 6) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError(f"n-gram sizes {n_min}..{n_max}")
         self.n_min, self.n_max = n_min, n_max
