@@ -34,6 +34,8 @@ from app.engine.sampling import SamplingParams
 STEADY = {1: 1.77, 2: 2.10, 3: 2.36, 5: 2.98, 9: 4.41, 17: 5.12}
 FIRST = {1: 3.35, 2: 4.05, 3: 4.15, 5: 4.40, 9: 5.95, 17: 6.80}
 CAPTURE = {1: 5.60, 2: 5.95, 3: 6.20, 5: 6.85, 9: 10.10, 17: 10.60}
+# A 2-core CPU, same model (ms, bench's calibration): no graphs, a pass costs the same whatever came before.
+CPU = {1: 73.6, 2: 120.9, 4: 233.7, 8: 462.7, 16: 510.2, 17: 540.0}
 MAX_WIDTH = 17
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,8 +47,11 @@ def _curve(points: dict[int, float]) -> list[float]:
 class VirtualClock:
     """Seconds on the GPU: every pass is charged by its width and the widths of the passes before."""
 
-    def __init__(self) -> None:
-        self.steady, self.first, self.capture = _curve(STEADY), _curve(FIRST), _curve(CAPTURE)
+    def __init__(self, cpu: bool = False) -> None:
+        if cpu:
+            self.steady = self.first = self.capture = _curve(CPU)
+        else:
+            self.steady, self.first, self.capture = _curve(STEADY), _curve(FIRST), _curve(CAPTURE)
         self.now = 0.0
         self.last, self.run = 0, 0
 
@@ -100,7 +105,7 @@ class ReplayBackend:
         return b""
 
 
-def _costs(props: Path | None = None) -> VerifyCosts:
+def _costs(props: Path | None = None, cpu: bool = False) -> VerifyCosts:
     """What the policy believes: the clock's own table, or a real engine's calibration (bench --json)."""
     if props is not None:
         last = [json.loads(line) for line in props.read_text().splitlines() if '"props"' in line][-1]
@@ -108,13 +113,17 @@ def _costs(props: Path | None = None) -> VerifyCosts:
         steady = {m: v / 1e3 for m, v in enumerate(policy["verify_cost_ms"], start=1)}
         switch = {m: v / 1e3 for m, v in enumerate(policy["switch_penalty_ms"], start=1)}
         return VerifyCosts.from_points(steady, MAX_WIDTH, switch)
+    if cpu:
+        return VerifyCosts.from_points({m: v / 1e3 for m, v in CPU.items()}, MAX_WIDTH)
     steady = {m: v / 1e3 for m, v in STEADY.items()}
     switch = {m: (FIRST[m] + CAPTURE[m] - 2 * STEADY[m]) / 1e3 for m in STEADY}
     return VerifyCosts.from_points(steady, MAX_WIDTH, switch)
 
 
-def run_engine(case: dict[str, Any], policy: DraftPolicy | None, n: int) -> tuple[float, list[int], Any]:
-    clock = VirtualClock()
+def run_engine(
+    case: dict[str, Any], policy: DraftPolicy | None, n: int, cpu: bool = False
+) -> tuple[float, list[int], Any]:
+    clock = VirtualClock(cpu)
     backend = ReplayBackend(case["prompt"], case["answer"], case["eog"], clock)
     request = GenerationRequest(list(case["prompt"]), SamplingParams(), n, (), None, policy is not None)
     drafter = NgramDrafter() if policy is not None else None
@@ -136,8 +145,8 @@ def _naive_lookup(hist: list[int], k: int) -> list[int]:
     return []
 
 
-def run_naive(case: dict[str, Any], k: int, n: int) -> tuple[float, list[int]]:
-    clock = VirtualClock()
+def run_naive(case: dict[str, Any], k: int, n: int, cpu: bool = False) -> tuple[float, list[int]]:
+    clock = VirtualClock(cpu)
     backend = ReplayBackend(case["prompt"], case["answer"], case["eog"], clock)
     prompt = list(case["prompt"])
     nxt = backend.decode_argmax(prompt, len(prompt) - 1)[0]
@@ -203,18 +212,18 @@ def replay(a: argparse.Namespace) -> None:
         want = set(a.only.split(","))
         cases = [c for c in cases if c["name"] in want or c["kind"] in want]
     naive_ks = [int(k) for k in a.naive_k.split(",") if k]
-    policy = DraftPolicy(_costs(a.calibration), 16, 0.0)
+    policy = DraftPolicy(_costs(a.calibration, a.cpu), 16, 0.0)
     head = f"{'prompt':<24} {'plain':>6} {'engine':>6} " + " ".join(f"{'k=' + str(k):>6}" for k in naive_ks)
     print(head + "   engine widths")
     for case in cases:
         n = min(a.tokens, len(case["answer"]))
-        t_plain, plain, _ = run_engine(case, None, n)
-        t_spec, spec, stats = run_engine(case, policy, n)
+        t_plain, plain, _ = run_engine(case, None, n, a.cpu)
+        t_spec, spec, stats = run_engine(case, policy, n, a.cpu)
         assert spec == plain, f"{case['name']}: replayed output differs"
         rate = len(plain) / t_plain
         naive = []
         for k in naive_ks:
-            t_naive, out = run_naive(case, k, n)
+            t_naive, out = run_naive(case, k, n, a.cpu)
             assert out[: len(plain)] == plain[: len(out)], f"{case['name']}: naive output differs"
             naive.append(len(out) / t_naive / rate)
         widths = dict(sorted(stats.draft_lengths.items()))
@@ -239,6 +248,7 @@ def main() -> None:
     rep.add_argument("--only", default="")
     rep.add_argument("--tokens", type=int, default=256)
     rep.add_argument("--naive-k", default="4,8,16")
+    rep.add_argument("--cpu", action="store_true", help="a 2-core CPU's pass costs instead of the H200's")
     rep.add_argument("--calibration", type=Path, help="bench --json output whose calibration the policy uses")
     a = ap.parse_args()
     record(a) if a.command == "record" else replay(a)

@@ -11,6 +11,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.chats import ChatStore
+from app.services.api_server import ApiKeys
 from app.services.engine import READY
 from app.ui.main_window import MainWindow
 
@@ -18,12 +19,16 @@ START_MS = 120_000
 ANSWER_MS = 120_000
 
 
-def _window(qtbot: QtBot, store: ChatStore, gemma_path: Path, max_tokens: int = 24) -> MainWindow:
+def _window(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path, max_tokens: int = 24, api_keys: ApiKeys | None = None
+) -> MainWindow:
     window = MainWindow(
         store,
         ["--target", str(gemma_path), "--ngram", "--n-ctx", "2048"],
         n_ctx=2048,
         sampling={"temperature": 0.0, "max_tokens": max_tokens},
+        api_keys=api_keys,
+        api_port=0,  # any free port: tests run side by side
     )
     qtbot.addWidget(window)
     window.show()
@@ -170,3 +175,59 @@ def test_first_start_without_a_model_downloads_it_and_starts_the_engine(
         assert not window.banner_row.isVisible()
         assert _ask(qtbot, window, "Hello") == "complete"
         window.close()
+
+
+def _switch(qtbot: QtBot, window: MainWindow, on: bool) -> dict:
+    with qtbot.waitSignal(window.api_panel.changed, timeout=30_000) as changed:
+        window.api_panel.toggle.click()
+    assert changed.args[0]["open"] is on, window.api_panel.status.text()
+    return changed.args[0]
+
+
+def test_the_api_server_switch_serves_the_openai_client_and_a_restart_keeps_it_on(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path, tmp_path: Path
+) -> None:
+    import openai
+    from keyrings.alt.file import PlaintextKeyring
+
+    backend = PlaintextKeyring()
+    backend.file_path = str(tmp_path / "keyring.cfg")  # a file keyring stands in where no OS keyring runs
+    window = _window(qtbot, store, gemma_path, api_keys=ApiKeys(backend))
+    panel = window.api_panel
+    qtbot.waitUntil(lambda: panel.model != "model", timeout=10_000)  # the engine's model id arrived
+
+    info = _switch(qtbot, window, True)
+    assert info["host"] == "127.0.0.1"
+    assert not info["auth"]
+    client = openai.OpenAI(base_url=info["url"], api_key="not-needed", max_retries=0, timeout=60)
+    assert [m.id for m in client.models.list().data] == [panel.model]
+    reply = client.chat.completions.create(
+        model=panel.model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8, temperature=0
+    )
+    assert reply.choices[0].message.content
+    assert panel.model in panel.config.toPlainText()  # the settings shown name the served model...
+    assert info["url"] in panel.config.toPlainText()  # ...and its address
+
+    _switch(qtbot, window, False)
+    with pytest.raises(openai.APIConnectionError):
+        client.models.list()
+
+    # From the network: a key is required, and the shown key is the one that works.
+    panel.lan.setChecked(True)
+    info = _switch(qtbot, window, True)
+    assert info["host"] == "0.0.0.0"
+    assert info["auth"]
+    key = panel.key.text()
+    assert key
+    assert "keyring" in panel.key_note.text()
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=info["url"], api_key="wrong", max_retries=0).models.list()
+    lan = openai.OpenAI(base_url=info["url"], api_key=key, max_retries=0, timeout=60)
+    assert lan.models.list().data[0].id == panel.model
+
+    # The engine restarts (a crash, a model change): the switch stays on and the listener comes back.
+    with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
+        window.restart_engine()
+    qtbot.waitUntil(lambda: bool(panel.info.get("open")), timeout=30_000)
+    again = openai.OpenAI(base_url=panel.info["url"], api_key=key, max_retries=0, timeout=60)
+    assert again.models.list().data[0].id == panel.model

@@ -64,8 +64,8 @@ _HOT_RUN = 3
 MATCH_CLASSES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 # ...and by whether the answer is a copy so far: an edited copy of code keeps matching its source
 # between the edits, while prose matches a word pair by chance. "Dense": at least 60% of the last 16
-# tokens were what the lookup would have proposed. The first tokens of an answer count as dense: a
-# draft wasted there costs little, a copy missed from its start costs a fifth of a short edit.
+# tokens were what the lookup would have proposed. On a GPU the first tokens of an answer count as
+# dense: a draft wasted there costs little, a copy missed from its start costs a fifth of a short edit.
 # (Chosen with scripts/policy-sim.py over bench/prompts.json at 128, 256 and 384 tokens.)
 COPY_WINDOW = 16
 COPY_DENSE = 0.6
@@ -271,7 +271,9 @@ class DraftPolicy:
     def dense(self) -> bool:
         """Whether the answer so far is mostly what the lookup foresaw (a copy, an edited copy)."""
         if self._seen < COPY_START:
-            return True
+            # Optimism pays only where a plain start is no cheaper than a wide one (after a prefill a
+            # GPU captures its graph anew either way); on a CPU every drafted token costs its share.
+            return self.costs.switch is not None
         return sum(self._copied) >= COPY_DENSE * len(self._copied)
 
     def set_match(self, length: int) -> None:

@@ -90,6 +90,36 @@ class ChatStream(QObject):
         reply.deleteLater()
 
 
+class JsonReply(QObject):
+    """One JSON request to the engine: `done` with the decoded body, or `failed` with the server's message."""
+
+    done = Signal(dict)
+    failed = Signal(str)
+
+    def __init__(self, reply: QNetworkReply, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._reply = reply
+        reply.finished.connect(self._finished)
+
+    def _finished(self) -> None:
+        reply = self._reply
+        status = reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
+        body = bytes(reply.readAll()).decode("utf-8", errors="replace")
+        try:
+            data = json.loads(body) if body else {}
+        except ValueError:
+            data = {}
+        if reply.error() == QNetworkReply.NetworkError.NoError and isinstance(data, dict):
+            self.done.emit(data)
+        else:
+            try:
+                message = str(data["error"]["message"])
+            except (KeyError, TypeError):
+                message = reply.errorString()
+            self.failed.emit(f"{message} (HTTP {status})" if status else message)
+        reply.deleteLater()
+
+
 class EngineClient(QObject):
     """Requests to one engine (its base URL and bearer token change when the engine restarts)."""
 
@@ -102,10 +132,23 @@ class EngineClient(QObject):
     def configure(self, base_url: str, token: str) -> None:
         self.base_url, self.token = base_url, token
 
-    def stream_chat(self, messages: list[dict[str, Any]], **params: Any) -> ChatStream:
-        request = QNetworkRequest(QUrl(f"{self.base_url}/v1/chat/completions"))
+    def _request(self, path: str) -> QNetworkRequest:
+        request = QNetworkRequest(QUrl(f"{self.base_url}{path}"))
         request.setHeader(QNetworkRequest.KnownHeaders.ContentTypeHeader, "application/json")
         request.setRawHeader(b"Authorization", f"Bearer {self.token}".encode())
+        return request
+
+    def get_json(self, path: str) -> JsonReply:
+        return JsonReply(self._manager.get(self._request(path)), self)
+
+    def post_json(self, path: str, body: dict[str, Any]) -> JsonReply:
+        return JsonReply(self._manager.post(self._request(path), json.dumps(body).encode()), self)
+
+    def delete(self, path: str) -> JsonReply:
+        return JsonReply(self._manager.deleteResource(self._request(path)), self)
+
+    def stream_chat(self, messages: list[dict[str, Any]], **params: Any) -> ChatStream:
+        request = self._request("/v1/chat/completions")
         request.setRawHeader(b"Accept", b"text/event-stream")
         body = {
             "messages": messages,

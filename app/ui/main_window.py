@@ -29,9 +29,11 @@ from PySide6.QtWidgets import (
 
 from app.chats import ChatStore, Message, trim_to_context
 from app.hub import FileSpec, Progress
+from app.services.api_server import ApiKeys
 from app.services.client import ChatStream, EngineClient
 from app.services.downloads import DownloadTask
 from app.services.engine import CRASHED, READY, EngineProcess
+from app.ui.api_panel import ApiServerPanel
 
 SAVE_EVERY_MS = 300  # a streaming answer reaches the store at least this often
 RENDER_EVERY_MS = 50
@@ -49,6 +51,8 @@ class MainWindow(QMainWindow):
         engine_args: list[str],
         n_ctx: int = 4096,
         sampling: dict[str, Any] | None = None,
+        api_keys: ApiKeys | None = None,
+        api_port: int = 8080,
     ) -> None:
         super().__init__()
         self.store = store
@@ -63,6 +67,7 @@ class MainWindow(QMainWindow):
         self.client = EngineClient(self)
         self.setWindowTitle("Foresight")
         self.resize(1100, 720)
+        self.api_panel = ApiServerPanel(self.client, api_keys or ApiKeys(), api_port, self)
         self._build()
         self.engine.stateChanged.connect(self._engine_state)
         self.engine.ready.connect(self._engine_ready)
@@ -139,6 +144,12 @@ class MainWindow(QMainWindow):
         self.stats_label = QLabel("")
         self.statusBar().addWidget(self.engine_label)
         self.statusBar().addPermanentWidget(self.stats_label)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.api_panel)
+        self.api_panel.hide()
+        view = self.menuBar().addMenu("&View")
+        api_action = self.api_panel.toggleViewAction()
+        api_action.setText("Local &API server")
+        view.addAction(api_action)
 
     # --- engine ------------------------------------------------------------------------------
 
@@ -151,11 +162,14 @@ class MainWindow(QMainWindow):
 
     def _engine_state(self, state: str) -> None:
         self.engine_label.setText(f"engine: {state}")
+        if state != READY:
+            self.api_panel.engine_stopped()
         self._update_buttons()
 
     def _engine_ready(self, port: int) -> None:
         self.client.configure(self.engine.url, self.engine.token)
         self.banner_row.hide()
+        self.api_panel.engine_ready()
         self._update_buttons()
 
     def _engine_crashed(self, code: int, tail: str) -> None:

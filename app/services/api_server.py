@@ -1,0 +1,137 @@
+"""The local API server switch: the engine's public listener (through its admin routes) and its API key.
+
+A listener reachable from the network needs an API key. The key is generated once and kept in the
+system keyring; where no safe keyring exists, a key is made for this run only and the window says so.
+Ready-to-paste settings for editors and tools are built from the listener's address, model and key.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+from dataclasses import dataclass
+
+import keyring.backend
+import keyring.errors
+
+from app.hub import KEYRING_SERVICE, TokenStore
+
+API_KEY_USER = "api-key"
+LAN_HOST = "0.0.0.0"
+LOOPBACK = "127.0.0.1"
+
+
+class ApiKeys:
+    """The API key of the local server: in the keyring, or for this run only."""
+
+    def __init__(self, backend: keyring.backend.KeyringBackend | None = None) -> None:
+        self._keyring = TokenStore(backend)
+        self._this_run: str | None = None
+
+    def key(self) -> tuple[str, str]:
+        """(the key, where it lives) — created on first use."""
+        why_not = self._keyring.available()
+        if not why_not:
+            try:
+                backend = self._keyring.backend()
+                stored = backend.get_password(KEYRING_SERVICE, API_KEY_USER)
+                if not stored:
+                    stored = secrets.token_urlsafe(32)
+                    backend.set_password(KEYRING_SERVICE, API_KEY_USER, stored)
+                return stored, "kept in the system keyring"
+            except keyring.errors.KeyringError as exc:
+                why_not = str(exc) or type(exc).__name__
+        if self._this_run is None:
+            self._this_run = secrets.token_urlsafe(32)
+        return self._this_run, (
+            f"no safe keyring on this machine ({why_not}): this key lasts until Foresight quits; install "
+            "and unlock a keyring (GNOME Keyring, KWallet, macOS Keychain, Windows Credential Manager) to "
+            "keep one"
+        )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where clients reach the API: base URL (…/v1), the model id, its context and the key (if any)."""
+
+    base_url: str
+    model: str
+    context: int
+    api_key: str | None
+
+    def clients(self) -> dict[str, str]:
+        """Settings per client, in the form each one reads."""
+        key = self.api_key or "not-needed"
+        continue_yaml = (
+            "# ~/.continue/config.yaml\n"
+            "models:\n"
+            "  - name: Foresight\n"
+            "    provider: openai\n"
+            f"    model: {self.model}\n"
+            f"    apiBase: {self.base_url}\n"
+            f"    apiKey: {key}\n"
+            "    roles: [chat, edit, apply]\n"
+        )
+        zed = {
+            "language_models": {
+                "openai_compatible": {
+                    "Foresight": {
+                        "api_url": self.base_url,
+                        "available_models": [
+                            {"name": self.model, "display_name": "Foresight", "max_tokens": self.context}
+                        ],
+                    }
+                }
+            }
+        }
+        zed_text = "// Zed settings.json (Zed reads the key from FORESIGHT_API_KEY)\n"
+        zed_text += json.dumps(zed, indent=2)
+        if self.api_key:
+            zed_text += f"\n// export FORESIGHT_API_KEY={shlex.quote(self.api_key)}"
+        cline = (
+            "Cline settings → API Provider: OpenAI Compatible\n"
+            f"Base URL: {self.base_url}\n"
+            f"API Key: {key}\n"
+            f"Model ID: {self.model}\n"
+            f"Context window: {self.context}\n"
+        )
+        aider = (
+            f"aider --openai-api-base {shlex.quote(self.base_url)} --openai-api-key {shlex.quote(key)} "
+            f"--model {shlex.quote('openai/' + self.model)}\n"
+        )
+        generic = (
+            f"OPENAI_BASE_URL={shlex.quote(self.base_url)}\n"
+            f"OPENAI_API_KEY={shlex.quote(key)}\n"
+            f"model: {self.model}\n"
+        )
+        return {
+            "Continue": continue_yaml,
+            "Zed": zed_text,
+            "Cline": cline,
+            "aider": aider,
+            "Any OpenAI client": generic,
+            "curl": self.curl(),
+        }
+
+    def curl(self) -> str:
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "Say hello."}]})
+        auth = f" -H {shlex.quote('Authorization: Bearer ' + self.api_key)}" if self.api_key else ""
+        return (
+            f"curl -s {shlex.quote(self.base_url + '/chat/completions')}{auth} "
+            f"-H 'Content-Type: application/json' -d {shlex.quote(body)}\n"
+        )
+
+
+def lan_addresses() -> list[str]:
+    """This machine's addresses other devices may reach (best effort; loopback left out)."""
+    import socket
+
+    found: list[str] = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+            found.append(s.getsockname()[0])
+    except OSError:
+        pass
+    return [a for a in found if not a.startswith("127.")]
