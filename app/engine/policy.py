@@ -412,9 +412,10 @@ class DraftPolicy:
         remaining: tokens the request may still generate.
         probe: whether plain stretches need probe drafts to see acceptance again; not for a free
         drafter, whose drafts are scored against the plain tokens at no cost (a shadow draft).
-        available: the length of a draft already made (a free drafter proposes before the choice):
-        no longer draft is considered.
+        available: the length of a draft already made (a free drafter proposes before the choice); a
+        longer k pads it with filler.
         """
+        self._lookup_choice = self._one_width(available)
         if not self.adaptive:
             return self.max_draft
         if self._grace:
@@ -424,7 +425,6 @@ class DraftPolicy:
             self._grace = False
             if self.width > 1:
                 return self.width - 1
-        self._lookup_choice = self._one_width(available)
         k, gain = self.best(available)
         if k > 0 and gain >= _MIN_GAIN:
             self._probe_every = _FIRST_PROBE

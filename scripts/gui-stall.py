@@ -1,0 +1,87 @@
+"""How long the window's event loop stalls while an answer streams at full speed (reported, not asserted).
+
+The real window runs (offscreen unless a display is set) with its own engine process; a 1 ms timer
+ticks through a long answer, and the longest gap between ticks is the longest stall a user could feel.
+
+  QT_QPA_PLATFORM=offscreen python scripts/gui-stall.py [--target gemma-3-270m] [--tokens 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import itertools
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.catalog.packaged import resolve_model
+from app.chats import ChatStore
+from app.ui.main_window import MainWindow
+
+PROMPT = "Write a long story about a lighthouse keeper and a storm, with many details."
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="gemma-3-270m")
+    ap.add_argument("--tokens", type=int, default=500)
+    a = ap.parse_args()
+    app = QApplication(sys.argv[:1])
+    with tempfile.TemporaryDirectory() as tmp, ChatStore(Path(tmp) / "chats.sqlite3") as store:
+        window = MainWindow(
+            store,
+            ["--target", str(resolve_model(a.target)), "--ngram", "--n-ctx", "2048"],
+            n_ctx=2048,
+            sampling={"temperature": 0.8, "seed": 7, "max_tokens": a.tokens},
+        )
+        window.show()
+        ticks: list[float] = []
+        streaming: dict = {"first": None, "usage": {}}
+        timer = QTimer(interval=1)
+        timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+
+        def first_delta(_text: str) -> None:
+            if streaming["first"] is None:
+                streaming["first"] = time.perf_counter()
+                ticks.clear()
+
+        def ready(_port: int) -> None:
+            window.send(PROMPT)
+            stream = window._stream
+            assert stream is not None
+            stream.delta.connect(first_delta)
+            stream.finished.connect(lambda _reason, usage: streaming.update(usage=usage))
+            timer.start()
+
+        window.engine.ready.connect(ready)
+        window.answerFinished.connect(lambda _status: (timer.stop(), app.quit()))
+        window.start_engine()
+        app.exec()
+        end = time.perf_counter()
+        window.close()
+    gaps = [(b - a_) * 1e3 for a_, b in itertools.pairwise(ticks)]
+    tokens = streaming["usage"].get("completion_tokens", 0)
+    seconds = end - (streaming["first"] or end)
+    if not gaps:
+        print("no answer streamed")
+        return 1
+    p99 = statistics.quantiles(gaps, n=100)[98]
+    print(
+        f"{tokens} tokens streamed in {seconds:.2f} s ({tokens / max(seconds, 1e-9):.0f} tok/s); "
+        f"event loop: longest stall {max(gaps):.1f} ms, 99th percentile {p99:.1f} ms, "
+        f"median tick {statistics.median(gaps):.2f} ms over {len(gaps)} ticks"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

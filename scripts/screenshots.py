@@ -1,0 +1,83 @@
+"""Screenshots of the main views with real content, for README.md (docs/screenshots/).
+
+The real window runs with its own engine on a real model, answers a real question, and switches the
+local API server on; each view is then grabbed from the window itself (offscreen unless a display is
+set, e.g. under Xvfb).
+
+  QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--target qwen2.5-coder-1.5b-instruct]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.catalog.packaged import resolve_model
+from app.chats import ChatStore
+from app.ui.main_window import MainWindow
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTION = "Rename the variable `x` to `total` in:\n\ndef add(x, y):\n    x = x + y\n    return x"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    app = QApplication(sys.argv[:1])
+    app.setApplicationName("Foresight")
+    result = {"code": 1}
+    with tempfile.TemporaryDirectory() as tmp, ChatStore(Path(tmp) / "chats.sqlite3") as store:
+        window = MainWindow(
+            store,
+            ["--target", str(resolve_model(a.target)), "--ngram"],
+            sampling={"temperature": 0.0, "max_tokens": 200},
+            api_port=0,
+        )
+        window.resize(1280, 800)
+        window.show()
+
+        def shoot(name: str) -> None:
+            path = a.out / f"{name}.png"
+            window.grab().save(str(path))
+            print(f"saved {path.relative_to(ROOT)}")
+
+        def answered(status: str) -> None:
+            if status != "complete":
+                print(f"the answer ended {status}")
+                app.quit()
+                return
+            shoot("chat")
+            window.api_panel.show()
+            window.api_panel.changed.connect(served)
+            window.api_panel.toggle.click()
+
+        def served(info: dict) -> None:
+            if not info.get("open"):
+                print(f"the API server did not start: {window.api_panel.status.text()}")
+                app.quit()
+                return
+            window.api_panel.client_choice.setCurrentText("Continue")
+            QTimer.singleShot(200, lambda: (shoot("api-server"), result.update(code=0), app.quit()))
+
+        window.engine.ready.connect(lambda _port: window.send(QUESTION))
+        window.answerFinished.connect(answered)
+        window.start_engine()
+        QTimer.singleShot(600_000, app.quit)
+        app.exec()
+        window.close()
+    return result["code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
