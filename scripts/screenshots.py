@@ -1,8 +1,8 @@
 """Screenshots of the main views with real content, for README.md (docs/screenshots/).
 
-The real window runs with its own engine on a real model, answers a real question, and switches the
-local API server on; each view is then grabbed from the window itself (offscreen unless a display is
-set, e.g. under Xvfb).
+The real window runs with its own engine on a real model, answers a real question, switches the local
+API server on and lists the devices this machine has; each view is then grabbed from the window itself
+(offscreen unless a display is set, e.g. under Xvfb).
 
   QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--target qwen2.5-coder-1.5b-instruct]
 """
@@ -68,7 +68,18 @@ def main() -> int:
                 app.quit()
                 return
             window.api_panel.client_choice.setCurrentText("Continue")
-            QTimer.singleShot(200, lambda: (shoot("api-server"), result.update(code=0), app.quit()))
+            QTimer.singleShot(200, devices)
+
+        def devices() -> None:
+            shoot("api-server")
+            window.api_panel.hide()
+            window.devices_panel.scanned.connect(lambda: QTimer.singleShot(200, last))
+            window.devices_panel.show()
+
+        def last() -> None:
+            shoot("devices")
+            result.update(code=0)
+            app.quit()
 
         window.engine.ready.connect(lambda _port: window.send(QUESTION))
         window.answerFinished.connect(answered)

@@ -231,3 +231,29 @@ def test_the_api_server_switch_serves_the_openai_client_and_a_restart_keeps_it_o
     qtbot.waitUntil(lambda: bool(panel.info.get("open")), timeout=30_000)
     again = openai.OpenAI(base_url=panel.info["url"], api_key=key, max_retries=0, timeout=60)
     assert again.models.list().data[0].id == panel.model
+
+
+def test_the_devices_panel_lists_what_was_found_and_restarts_the_engine_on_a_chosen_device(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path
+) -> None:
+    window = _window(qtbot, store, gemma_path)
+    panel = window.devices_panel
+    qtbot.waitUntil(
+        lambda: "Target" in panel.target.text() and "gemma" in panel.target.text().lower(), timeout=10_000
+    )
+    with qtbot.waitSignal(panel.scanned, timeout=90_000):
+        panel.show()  # the first showing starts a scan in a child process
+    kinds = [d.get("kind") for d in panel.devices]
+    assert "cpu" in kinds  # the processor is always there, with its cores
+    assert panel.table.rowCount() == len(panel.devices)
+    cpu = next(d for d in panel.devices if d.get("kind") == "cpu")
+    assert cpu.get("cores", 0) >= 1
+    assert panel.found.text()
+
+    panel.choice.setCurrentIndex(panel.choice.findData("cpu"))
+    with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
+        panel.apply.click()
+    assert window.engine_args[-2:] == ["--device", "cpu"]
+    qtbot.waitUntil(lambda: panel.props.get("target", {}).get("device") == "cpu", timeout=10_000)
+    assert "cpu" in panel.target.text()
+    assert _ask(qtbot, window, "Say hi.") == "complete"  # the restarted engine answers

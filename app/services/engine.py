@@ -26,6 +26,13 @@ def engine_command(args: list[str]) -> tuple[str, list[str]]:
     return sys.executable, ["-m", "app", "serve", *args]
 
 
+def app_command(args: list[str]) -> tuple[str, list[str]]:
+    """(program, arguments) of a `python -m app` command (`Foresight <command>` when frozen)."""
+    if getattr(sys, "frozen", False):
+        return sys.executable, list(args)
+    return sys.executable, ["-m", "app", *args]
+
+
 class EngineProcess(QObject):
     """One engine subprocess. Signals carry state changes, READY, log lines and crashes."""
 

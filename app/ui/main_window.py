@@ -34,6 +34,7 @@ from app.services.client import ChatStream, EngineClient
 from app.services.downloads import DownloadTask
 from app.services.engine import CRASHED, READY, EngineProcess
 from app.ui.api_panel import ApiServerPanel
+from app.ui.devices_panel import DevicesPanel
 
 SAVE_EVERY_MS = 300  # a streaming answer reaches the store at least this often
 RENDER_EVERY_MS = 50
@@ -68,6 +69,8 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Foresight")
         self.resize(1100, 720)
         self.api_panel = ApiServerPanel(self.client, api_keys or ApiKeys(), api_port, self)
+        self.devices_panel = DevicesPanel(self.client, _arg(engine_args, "--device") or "auto", self)
+        self.devices_panel.deviceChosen.connect(self.use_device)
         self._build()
         self.engine.stateChanged.connect(self._engine_state)
         self.engine.ready.connect(self._engine_ready)
@@ -146,10 +149,16 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.stats_label)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.api_panel)
         self.api_panel.hide()
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.devices_panel)
+        self.devices_panel.hide()
+        self.devices_panel.visibilityChanged.connect(self._devices_shown)
         view = self.menuBar().addMenu("&View")
         api_action = self.api_panel.toggleViewAction()
         api_action.setText("Local &API server")
         view.addAction(api_action)
+        devices_action = self.devices_panel.toggleViewAction()
+        devices_action.setText("&Devices")
+        view.addAction(devices_action)
 
     # --- engine ------------------------------------------------------------------------------
 
@@ -164,13 +173,28 @@ class MainWindow(QMainWindow):
         self.engine_label.setText(f"engine: {state}")
         if state != READY:
             self.api_panel.engine_stopped()
+            self.devices_panel.engine_stopped()
         self._update_buttons()
 
     def _engine_ready(self, port: int) -> None:
         self.client.configure(self.engine.url, self.engine.token)
         self.banner_row.hide()
         self.api_panel.engine_ready()
+        self.devices_panel.engine_ready()
         self._update_buttons()
+
+    def _devices_shown(self, visible: bool) -> None:
+        if visible and not self.devices_panel.devices and not self.devices_panel.scan.running:
+            self.devices_panel.start_scan(_arg(self.engine_args, "--target"))
+
+    def use_device(self, device: str) -> None:
+        """Restart the engine on `device` (auto, cpu, gpu, gpu:N); an answer in flight is stopped."""
+        if self._stream is not None:
+            self._end_answer("stopped")
+        self.engine_args = _with_arg(self.engine_args, "--device", device)
+        self.devices_panel.set_current(device)
+        self.engine.stop()
+        self.engine.start(self.engine_args)
 
     def _engine_crashed(self, code: int, tail: str) -> None:
         if self._stream is not None:
@@ -409,6 +433,33 @@ class MainWindow(QMainWindow):
             self._end_answer("stopped")
         self.engine.stop()
         super().closeEvent(event)
+
+
+def _arg(args: list[str], flag: str) -> str | None:
+    """The value given to `flag` in an argument list (the last one wins, as argparse does)."""
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _with_arg(args: list[str], flag: str, value: str) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = True
+            continue
+        if a.startswith(flag + "="):
+            continue
+        out.append(a)
+    return [*out, flag, value]
 
 
 def _title(text: str) -> str:
