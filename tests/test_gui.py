@@ -257,3 +257,6 @@ def test_the_devices_panel_lists_what_was_found_and_restarts_the_engine_on_a_cho
     qtbot.waitUntil(lambda: panel.props.get("target", {}).get("device") == "cpu", timeout=10_000)
     assert "cpu" in panel.target.text()
     assert _ask(qtbot, window, "Say hi.") == "complete"  # the restarted engine answers
+    # each answer carries its speed and speculation figures, in the transcript and the status bar
+    assert "tok/s" in window.transcript.toPlainText()
+    assert "tokens" in window.stats_label.text()

@@ -388,15 +388,8 @@ class MainWindow(QMainWindow):
             self.store.update_answer(self._answer.id, self._answer_text)
 
     def _show_stats(self, usage: dict) -> None:
-        spec = usage.get("speculative") or {}
-        if not usage:
-            return
-        parts = [f"{usage.get('completion_tokens', 0)} tokens"]
-        if spec.get("tokens_per_second"):
-            parts.append(f"{spec['tokens_per_second']:.1f} tok/s")
-        if spec.get("drafted"):
-            parts.append(f"{spec.get('acceptance_rate', 0):.0%} of drafts accepted")
-        self.stats_label.setText(" · ".join(parts))
+        if usage:
+            self.stats_label.setText(stats_line(usage.get("speculative") or {}))
 
     # --- rendering ---------------------------------------------------------------------------
 
@@ -410,7 +403,8 @@ class MainWindow(QMainWindow):
             state = "" if m.status == "complete" else f" *({m.status})*"
             if self._answer is not None and m.id == self._answer.id:
                 state = " *(writing...)*"
-            parts.append(f"**{ROLE_TITLES.get(m.role, m.role)}**{state}\n\n{text}\n")
+            footer = f"\n*{stats_line(m.stats)}*\n" if m.role == "assistant" and m.stats else ""
+            parts.append(f"**{ROLE_TITLES.get(m.role, m.role)}**{state}\n\n{text}\n{footer}")
         self.transcript.setMarkdown("\n---\n\n".join(parts))
         bar = self.transcript.verticalScrollBar()
         bar.setValue(bar.maximum())
@@ -433,6 +427,18 @@ class MainWindow(QMainWindow):
             self._end_answer("stopped")
         self.engine.stop()
         super().closeEvent(event)
+
+
+def stats_line(spec: dict[str, Any]) -> str:
+    """An answer's speed and speculation in one line: tokens, tok/s, tokens per target pass, drafts taken."""
+    parts = [f"{spec.get('emitted', 0)} tokens"]
+    if spec.get("tokens_per_second"):
+        parts.append(f"{spec['tokens_per_second']:.1f} tok/s")
+    if spec.get("drafted"):
+        parts.append(f"{spec.get('mean_accepted_len', 1):.2f} tokens per pass")
+        rate = spec.get("acceptance_rate", 0)
+        parts.append(f"{spec.get('accepted', 0)} of {spec['drafted']} drafted accepted ({rate:.0%})")
+    return " · ".join(parts)
 
 
 def _arg(args: list[str], flag: str) -> str | None:
