@@ -84,14 +84,27 @@ def test_send_stream_switch_regenerate_and_find_the_history_after_a_restart(
     assert after[-1].id != before[-1].id  # a new answer replaced the old one
     assert after[-1].content == before[-1].content  # greedy: the same text again
 
+    # Edit and resend: the question comes back into the box; nothing changes until it is sent again.
+    window.edit_button.click()
+    assert window.input.toPlainText() == "The capital of France is"
+    assert store.messages(first) == after
+    window.input.setPlainText("The capital of Italy is")
+    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS):
+        window.send_button.click()
+    edited = store.messages(first)
+    assert [m.role for m in edited] == ["user", "assistant"]
+    assert edited[0].content == "The capital of Italy is"
+    assert window.send_button.text() == "Send"
+
     window.close()  # stops the engine
     assert window.engine.state != READY
     again = _window(qtbot, store, gemma_path)
     titles = [again.conversation_list.item(i).text() for i in range(again.conversation_list.count())]
     # newest activity first: the regenerated conversation is on top
-    assert titles == ["The capital of France is", "Two plus two equals"]
+    # the edited question was the conversation's first: its title follows it
+    assert titles == ["The capital of Italy is", "Two plus two equals"]
     again.conversation_list.setCurrentRow(0)
-    assert "The capital of France is" in again.transcript.toPlainText()
+    assert "The capital of Italy is" in again.transcript.toPlainText()
     again.close()
 
 

@@ -61,6 +61,7 @@ class MainWindow(QMainWindow):
         self.n_ctx = n_ctx
         self.sampling = {"temperature": 0.7, "max_tokens": 1024, **(sampling or {})}
         self.current: int | None = None
+        self._editing: int | None = None  # the question being edited: Send replaces it and what followed
         self._stream: ChatStream | None = None
         self._answer: Message | None = None
         self._answer_text = ""
@@ -126,10 +127,13 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(self.stop)
         self.regenerate_button = QPushButton("Regenerate")
         self.regenerate_button.clicked.connect(self.regenerate)
+        self.edit_button = QPushButton("Edit question")
+        self.edit_button.setToolTip("Put your last question back in the box; Send replaces it and its answer")
+        self.edit_button.clicked.connect(self.edit_last)
         QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.send)
         buttons = QHBoxLayout()
         buttons.addStretch(1)
-        for b in (self.regenerate_button, self.stop_button, self.send_button):
+        for b in (self.edit_button, self.regenerate_button, self.stop_button, self.send_button):
             buttons.addWidget(b)
         right = QWidget()
         rv = QVBoxLayout(right)
@@ -270,12 +274,16 @@ class MainWindow(QMainWindow):
         self.conversation_list.blockSignals(False)
 
     def new_conversation(self) -> None:
+        if self._editing is not None:
+            self._stop_editing()
         c = self.store.create_conversation()
         self.current = c.id
         self.refresh_conversations()
         self._render()
 
     def select_conversation(self, conversation_id: int) -> None:
+        if conversation_id != self.current and self._editing is not None:
+            self._stop_editing()
         self.current = conversation_id
         self.refresh_conversations()
         self._render()
@@ -291,6 +299,9 @@ class MainWindow(QMainWindow):
         text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
         if not text or self._stream is not None or self.engine.state != READY:
             return
+        if self._editing is not None and self.current is not None:
+            self.store.truncate_from(self._editing)
+            self._stop_editing()
         if self.current is None:
             self.current = self.store.create_conversation(_title(text)).id
         elif not self.store.messages(self.current):
@@ -299,6 +310,27 @@ class MainWindow(QMainWindow):
         self.input.clear()
         self.refresh_conversations()
         self._ask()
+
+    def _last_question(self) -> int | None:
+        if self.current is None:
+            return None
+        return next((m.id for m in reversed(self.store.messages(self.current)) if m.role == "user"), None)
+
+    def edit_last(self) -> None:
+        """Put the last question back in the input; nothing changes until it is sent again."""
+        question = self._last_question()
+        if question is None or self._stream is not None:
+            return
+        self._editing = question
+        self.input.setPlainText(self.store.message(question).content)
+        self.input.setFocus()
+        self.send_button.setText("Resend")
+        self.statusBar().showMessage("Editing your last question: Resend replaces it and its answer.")
+
+    def _stop_editing(self) -> None:
+        self._editing = None
+        self.send_button.setText("Send")
+        self.statusBar().clearMessage()
 
     def regenerate(self) -> None:
         if self.current is None or self._stream is not None:
@@ -415,6 +447,7 @@ class MainWindow(QMainWindow):
         self.send_button.setEnabled(ready and not busy)
         self.stop_button.setEnabled(busy)
         self.regenerate_button.setEnabled(ready and not busy and self.current is not None)
+        self.edit_button.setEnabled(not busy and self._last_question() is not None)
         self.new_button.setEnabled(not busy)
         self.conversation_list.setEnabled(not busy)
 
