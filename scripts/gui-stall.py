@@ -59,17 +59,23 @@ def main() -> int:
             stream = window._stream
             assert stream is not None
             stream.delta.connect(first_delta)
-            stream.finished.connect(lambda _reason, usage: streaming.update(usage=usage))
             timer.start()
 
         window.engine.ready.connect(ready)
-        window.answerFinished.connect(lambda _status: (timer.stop(), app.quit()))
+        def finished(_status: str) -> None:
+            timer.stop()
+            streaming["end"] = time.perf_counter()
+            answer = store.messages(window.current)[-1] if window.current else None
+            streaming["usage"] = (answer.stats or {}) if answer else {}
+            app.quit()
+
+        window.answerFinished.connect(finished)
         window.start_engine()
         app.exec()
-        end = time.perf_counter()
+        end = streaming.get("end", time.perf_counter())
         window.close()
     gaps = [(b - a_) * 1e3 for a_, b in itertools.pairwise(ticks)]
-    tokens = streaming["usage"].get("completion_tokens", 0)
+    tokens = streaming["usage"].get("emitted", 0)
     seconds = end - (streaming["first"] or end)
     if not gaps:
         print("no answer streamed")
@@ -80,6 +86,9 @@ def main() -> int:
         f"event loop: longest stall {max(gaps):.1f} ms, 99th percentile {p99:.1f} ms, "
         f"median tick {statistics.median(gaps):.2f} ms over {len(gaps)} ticks"
     )
+    start = streaming["first"] or ticks[0]
+    worst = sorted(range(len(gaps)), key=gaps.__getitem__, reverse=True)[:3]
+    print("longest stalls at " + ", ".join(f"{ticks[i] - start:.2f} s ({gaps[i]:.1f} ms)" for i in worst))
     return 0
 
 

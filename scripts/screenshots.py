@@ -57,6 +57,9 @@ def main() -> int:
                 print(f"the answer ended {status}")
                 app.quit()
                 return
+            QTimer.singleShot(300, serve)
+
+        def serve() -> None:
             shoot("chat")
             window.api_panel.show()
             window.api_panel.changed.connect(served)

@@ -435,6 +435,8 @@ class MainWindow(QMainWindow):
             state = "" if m.status == "complete" else f" *({m.status})*"
             if self._answer is not None and m.id == self._answer.id:
                 state = " *(writing...)*"
+            if m.role == "user":  # what was typed, line by line (Markdown would join the lines)
+                text = text.replace("\n", "  \n")
             footer = f"\n*{stats_line(m.stats)}*\n" if m.role == "assistant" and m.stats else ""
             parts.append(f"**{ROLE_TITLES.get(m.role, m.role)}**{state}\n\n{text}\n{footer}")
         self.transcript.setMarkdown("\n---\n\n".join(parts))
