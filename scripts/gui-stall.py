@@ -62,6 +62,7 @@ def main() -> int:
             timer.start()
 
         window.engine.ready.connect(ready)
+
         def finished(_status: str) -> None:
             timer.stop()
             streaming["end"] = time.perf_counter()

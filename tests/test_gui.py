@@ -105,6 +105,14 @@ def test_send_stream_switch_regenerate_and_find_the_history_after_a_restart(
     assert titles == ["The capital of Italy is", "Two plus two equals"]
     again.conversation_list.setCurrentRow(0)
     assert "The capital of Italy is" in again.transcript.toPlainText()
+    assert "READY" in again.log_view.toPlainText()  # View > Engine log shows the engine's own output
+
+    again.rename_conversation(second, "  Arithmetic ")
+    again.delete_conversation(first)
+    titles = [again.conversation_list.item(i).text() for i in range(again.conversation_list.count())]
+    assert titles == ["Arithmetic"]
+    assert store.messages(first) == []
+    assert again.current is None
     again.close()
 
 

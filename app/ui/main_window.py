@@ -13,12 +13,16 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QDockWidget,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMenu,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSplitter,
@@ -94,6 +98,8 @@ class MainWindow(QMainWindow):
         self.search.textChanged.connect(self.refresh_conversations)
         self.conversation_list = QListWidget()
         self.conversation_list.currentItemChanged.connect(self._conversation_chosen)
+        self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.conversation_list.customContextMenuRequested.connect(self._conversation_menu)
         self.new_button = QPushButton("New chat")
         self.new_button.clicked.connect(self.new_conversation)
         left = QWidget()
@@ -131,6 +137,8 @@ class MainWindow(QMainWindow):
         self.edit_button.setToolTip("Put your last question back in the box; Send replaces it and its answer")
         self.edit_button.clicked.connect(self.edit_last)
         QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.send)
+        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_conversation)
+        QShortcut(QKeySequence("Esc"), self, activated=self.stop)
         buttons = QHBoxLayout()
         buttons.addStretch(1)
         for b in (self.edit_button, self.regenerate_button, self.stop_button, self.send_button):
@@ -163,6 +171,17 @@ class MainWindow(QMainWindow):
         devices_action = self.devices_panel.toggleViewAction()
         devices_action.setText("&Devices")
         view.addAction(devices_action)
+        self.log_view = QPlainTextEdit(readOnly=True)
+        self.log_view.setMaximumBlockCount(self.engine.log.maxlen or 2000)
+        self.engine.logLine.connect(self.log_view.appendPlainText)
+        self.log_panel = QDockWidget("Engine log", self)
+        self.log_panel.setObjectName("engine-log")
+        self.log_panel.setWidget(self.log_view)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_panel)
+        self.log_panel.hide()
+        log_action = self.log_panel.toggleViewAction()
+        log_action.setText("Engine &log")
+        view.addAction(log_action)
 
     # --- engine ------------------------------------------------------------------------------
 
@@ -273,7 +292,46 @@ class MainWindow(QMainWindow):
                 self.conversation_list.setCurrentItem(item)
         self.conversation_list.blockSignals(False)
 
+    def _conversation_menu(self, pos: Any) -> None:
+        item = self.conversation_list.itemAt(pos)
+        if item is None or self._stream is not None:
+            return
+        conversation_id = int(item.data(Qt.ItemDataRole.UserRole))
+        menu = QMenu(self)
+        menu.addAction("Rename…", lambda: self._ask_rename(conversation_id))
+        menu.addAction("Delete…", lambda: self._ask_delete(conversation_id))
+        menu.popup(self.conversation_list.viewport().mapToGlobal(pos))
+
+    def _ask_rename(self, conversation_id: int) -> None:
+        old = self.store.conversation(conversation_id).title
+        title, ok = QInputDialog.getText(self, "Rename conversation", "Title", text=old)
+        if ok and title.strip():
+            self.rename_conversation(conversation_id, title)
+
+    def _ask_delete(self, conversation_id: int) -> None:
+        title = self.store.conversation(conversation_id).title
+        answer = QMessageBox.question(self, "Delete conversation", f"Delete “{title}” and all its messages?")
+        if answer == QMessageBox.StandardButton.Yes:
+            self.delete_conversation(conversation_id)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.store.update_conversation(conversation_id, title=title.strip())
+        self.refresh_conversations()
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        if self._stream is not None:
+            return
+        self.store.delete_conversation(conversation_id)
+        if self.current == conversation_id:
+            self.current = None
+            self._stop_editing()
+        self.refresh_conversations()
+        self._render()
+        self._update_buttons()
+
     def new_conversation(self) -> None:
+        if self._stream is not None:
+            return
         if self._editing is not None:
             self._stop_editing()
         c = self.store.create_conversation()
