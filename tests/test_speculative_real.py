@@ -183,3 +183,18 @@ def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:
     assert st.padded > 0
     assert st.accepted > 0
     print(f"\npadded: {st.padded} filler tokens over {st.spec_steps} verify passes, {st.accepted} accepted")
+
+
+def test_a_padded_lookup_never_runs_past_the_context(gemma_path: Path) -> None:
+    """On a GPU-like cost curve a lookup's pass is padded to its one width; near the end of the context
+    the pass is cut so it fits, and the answer ends at the context's length, not in an error."""
+    from app.engine.policy import DraftPolicy, VerifyCosts
+
+    steady = {1: 1.98e-3, 2: 2.26e-3, 4: 2.94e-3, 8: 4.0e-3, 17: 5.1e-3}
+    switch = {1: 2.5e-3, 2: 3.5e-3, 17: 4.5e-3}
+    with Engine(gemma_path, None, settings("ngram", max_draft=16, adaptive=True, n_ctx=256)) as engine:
+        engine.policy = DraftPolicy(VerifyCosts.from_points(steady, 17, switch), 16, 0.0)
+        prompt = engine.tokenize_text("one two three four five six seven eight nine ten " * 8)[:200]
+        spec, st = run_checked(engine, prompt, 400, speculative=True)
+        assert len(prompt) + len(spec) in (engine.target.n_ctx - 1, engine.target.n_ctx)
+        assert st.spec_steps > 0

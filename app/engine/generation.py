@@ -207,9 +207,12 @@ def generate(
                     policy.set_match(drafter.match_len)
                 k = 0
                 if proposal:
-                    k = policy.choose(
+                    chosen = policy.choose(
                         remaining=request.max_tokens - n_generated, probe=False, available=len(proposal)
                     )
+                    # Filler may run past max_tokens (those tokens are never kept) but never past
+                    # the context.
+                    k = min(chosen, max(target.n_ctx - len(committed) - 1, 0))
                 draft = proposal[:k]
                 if k == 0 and proposal and not shadow.draft:
                     shadow.start(proposal, policy.state)
