@@ -335,15 +335,6 @@ class DraftPolicy:
         """
         return available is not None and self.costs.switch is not None
 
-    def _detour_extra(self, width: int) -> float:
-        """What one pass of `width` between passes of the current width adds to its own cost: its first
-        pass runs uncaptured, and coming back pays the current width's whole penalty."""
-        return (
-            self.costs.penalty(width) / 2
-            + self.costs.penalty(self.width)
-            - (self._pass_seconds(width) - self.costs.cost(width))
-        )
-
     def pad_pays(self, drafted: int, k: int) -> bool:
         """Whether a draft that came out shorter than the chosen k is better verified padded to k.
 
@@ -370,19 +361,13 @@ class DraftPolicy:
         plain = 1.0 / self._seconds(0)
         best_k, best_rate = 0, plain
         tokens, survive = 1.0, 1.0
-        # A draft that came out short in the middle of a stretch: another width is a one-pass detour
-        # (the next lookup is most likely full length again), paid for on the way out and back.
-        detour = available is not None and self.costs.switch is not None and self.width > 1
         one_width = self._one_width(available)
         for k, a in enumerate(self.acceptance(), start=1):
             survive *= a if available is None or k <= available else 0.0
             tokens += survive
             if one_width and k < self.max_draft:
                 continue
-            seconds = self._seconds(k)
-            if detour and available is not None and available < self.width - 1 and k + 1 != self.width:
-                seconds += self._detour_extra(k + 1)
-            rate = tokens / seconds
+            rate = tokens / self._seconds(k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate / plain
