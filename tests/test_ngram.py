@@ -54,3 +54,20 @@ def test_match_length_counts_back_past_the_lookup_key() -> None:
     d.begin([], None)
     assert d.propose([1, 2, 3], 4) == []
     assert d.match_len == 0
+
+
+def test_an_edited_copy_keeps_to_the_place_it_was_copying() -> None:
+    d = NgramDrafter(2, 3)
+    d.begin([], None)
+    # Two functions end alike (7, 8 then their own bodies); the answer copies the first one.
+    first, second = [1, 2, 3, 4, 7, 8, 20, 21, 22], [5, 6, 7, 8, 30, 31, 32]
+    answer = [1, 2, 3]
+    assert d.propose([*first, *second, 0, *answer], 3) == [4, 7, 8]
+    # The target took 4 and then edited: 99 instead of 7, 8. Back on the key (7, 8) the latest
+    # occurrence is the second function's; the copy was in the first.
+    answer += [4, 99, 7, 8]
+    assert d.propose([*first, *second, 0, *answer], 3) == [20, 21, 22]
+    # Without a followed source (nothing of the last draft was taken) the latest occurrence wins.
+    d.begin([], None)
+    assert d.propose([*first, *second, 0, 50, 51], 3) == []
+    assert d.propose([*first, *second, 0, 50, 51, 7, 8], 3) == [30, 31, 32]
