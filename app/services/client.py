@@ -1,9 +1,9 @@
 """HTTP/SSE client for the engine's OpenAI-compatible API, on Qt's event loop (no threads).
 
 `ChatStream` posts one streamed chat completion and turns the server-sent events into signals: text
-deltas as they arrive, then `finished` with the finish reason and usage (speculation stats included),
-or `failed` with the server's error message. `abort()` closes the connection, which cancels the
-generation on the engine within one step.
+deltas as they arrive (`piece` adds the engine's per-token accepted-draft flags), then `finished` with
+the finish reason and usage (speculation stats included), or `failed` with the server's error message.
+`abort()` closes the connection, which cancels the generation on the engine within one step.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequ
 
 class ChatStream(QObject):
     delta = Signal(str)
+    piece = Signal(str, list)  # the delta's text and its tokens' `speculative_tokens` flags (may be empty)
     finished = Signal(str, dict)  # finish reason ("stop", "length", "aborted"), usage
     failed = Signal(str)
 
@@ -60,10 +61,12 @@ class ChatStream(QObject):
             return
         if chunk.get("usage"):
             self._usage = chunk["usage"]
+        flags = [bool(f) for f in chunk.get("speculative_tokens") or ()]
         for choice in chunk.get("choices", []):
             text = (choice.get("delta") or {}).get("content")
             if text:
                 self.delta.emit(text)
+                self.piece.emit(text, flags)
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
 

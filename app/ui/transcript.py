@@ -1,0 +1,344 @@
+"""The chat transcript: messages as HTML (Markdown, highlighted code with Copy links, accepted-draft marks).
+
+Markdown is parsed by markdown-it-py and code is coloured with Pygments into inline styles (Qt's rich
+text knows no style sheets). Each message's HTML is cached, so while an answer streams only that
+answer is rendered again. Accepted-draft highlighting maps the message's `draft_spans` (character
+ranges of its Markdown source) onto the text of the rendered page: text whose source cannot be found
+verbatim (escapes, entities) is simply left unmarked.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+from pygments.lexer import Lexer
+from pygments.lexers import TextLexer, get_lexer_by_name
+from pygments.styles import get_style_by_name
+from pygments.util import ClassNotFound
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QTextBrowser, QWidget
+
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+DRAFT_BACKGROUND = "#d8f0d2"  # accepted-draft text: a pale green under the usual colours
+CODE_STYLE = "default"  # the Pygments style; its own background frames the code
+INLINE_CODE_BACKGROUND = "#eff1f3"
+CODE_FONT = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
+PLACEHOLDER = "<p><i>Start a conversation: type below and press Send.</i></p>"
+AT_BOTTOM_PX = 4  # a scroll bar this close to its end counts as "following the answer"
+
+Spans = Sequence[Sequence[int]]
+
+
+def add_piece(spans: list[list[int]], start: int, text: str, flags: Sequence[bool] | bool) -> None:
+    """Record which characters of `text`, appended to an answer at `start`, came from accepted drafts.
+
+    `flags` is either one flag for the whole piece or the engine's per-token `speculative_tokens`.
+    The engine sends one piece per speculative step, its accepted draft tokens first and the target's
+    own token last; the per-token boundaries are not sent, so the drafted share of the tokens is laid
+    over the same share of the characters, from the start. Adjacent drafted ranges are merged.
+    """
+    if isinstance(flags, bool):
+        drafted = len(text) if flags else 0
+    else:
+        n_drafted = sum(1 for f in flags if f)
+        drafted = round(len(text) * n_drafted / len(flags)) if flags else 0
+    if drafted <= 0:
+        return
+    end = start + drafted
+    if spans and spans[-1][1] == start:
+        spans[-1][1] = end
+    else:
+        spans.append([start, end])
+
+
+@dataclass
+class _Rendered:
+    key: tuple[Any, ...]
+    html: str
+    code: dict[str, str]  # copy link -> the block's code
+
+
+class Transcript(QTextBrowser):
+    """A read-only view of one conversation; `show_messages` replaces what it shows."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)  # every click comes to anchorClicked: Copy links and web links alike
+        self.anchorClicked.connect(self._clicked)
+        self._answer_md = _markdown(breaks=False)
+        self._question_md = _markdown(breaks=True)  # what was typed, line by line
+        self._cache: list[_Rendered] = []
+        self._shown: list[str] = []  # each message's HTML, as the document holds it
+        self._tail_start: int | None = None  # where the last message begins in the document
+        self._code: dict[str, str] = {}
+        self.setHtml(PLACEHOLDER)
+
+    def show_messages(self, messages: Sequence[dict[str, Any]], highlight_drafts: bool = False) -> None:
+        """Show `messages`: dicts with role, content, and optionally status ("complete" shows nothing,
+        "writing" marks the answer in flight), stats (a line of text) and draft_spans ([start, end)
+        character ranges of content that came from accepted drafts, shown when `highlight_drafts`)."""
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - AT_BOTTOM_PX
+        previous = bar.value()
+        if not messages:
+            self._cache, self._code, self._shown, self._tail_start = [], {}, [], None
+            self.setHtml(PLACEHOLDER)
+            return
+        del self._cache[len(messages) :]
+        parts = [self._message_html(i, m, highlight_drafts) for i, m in enumerate(messages)]
+        self._code = {link: code for r in self._cache for link, code in r.code.items()}
+        if parts == self._shown:
+            return
+        if self._tail_start is not None and parts[:-1] == self._shown[:-1]:
+            self._replace_tail(parts[-1])  # streaming: only the answer in flight changed
+        else:
+            self.setHtml("".join(f"{p}<hr/>" for p in parts[:-1]))
+            self._tail_start = None
+            self._replace_tail(parts[-1])
+        self._shown = parts
+        bar.setValue(bar.maximum() if follow else previous)
+
+    def _replace_tail(self, tail: str) -> None:
+        # setHtml of a long transcript costs ~100 ms of parsing and layout; editing the last message
+        # in place costs what that message costs
+        cursor = QTextCursor(self.document())
+        if self._tail_start is None:
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            if cursor.position() > 0:  # after the earlier messages' closing ruler
+                cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            self._tail_start = cursor.position()
+        else:
+            cursor.setPosition(self._tail_start)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            cursor.setBlockFormat(QTextBlockFormat())
+            cursor.setCharFormat(QTextCharFormat())
+        cursor.insertHtml(tail)
+
+    def code_block(self, link: str) -> str | None:
+        """The code behind a Copy link (`copy:M.B`: message M's block B), as it was last shown."""
+        return self._code.get(link)
+
+    def _message_html(self, index: int, message: dict[str, Any], highlight: bool) -> str:
+        role = str(message.get("role", "assistant"))
+        content = str(message.get("content") or "")
+        status = str(message.get("status") or "complete")
+        stats = str(message.get("stats") or "")
+        spans = tuple(tuple(s) for s in message.get("draft_spans") or ()) if highlight else ()
+        key = (role, content, status, stats, spans)
+        if index < len(self._cache) and self._cache[index].key == key:
+            return self._cache[index].html
+        md = self._question_md if role == "user" else self._answer_md
+        code: dict[str, str] = {}
+        # no trailing newline: inserted as the last message, it would show as a space
+        body = _render_markdown(md, content, spans, f"copy:{index}.", code).strip()
+        title = html.escape(ROLE_TITLES.get(role, role))
+        state = ""
+        if status == "writing":
+            state = " <i>(writing…)</i>"
+        elif status != "complete":
+            state = f" <i>({html.escape(status)})</i>"
+        footer = f'<p style="color:#6a737d;"><i>{html.escape(stats)}</i></p>' if stats else ""
+        rendered = _Rendered(key, f"<p><b>{title}</b>{state}</p>{body}{footer}", code)
+        if index < len(self._cache):
+            self._cache[index] = rendered
+        else:
+            self._cache.append(rendered)
+        return rendered.html
+
+    def _clicked(self, url: QUrl) -> None:
+        if url.scheme() == "copy":
+            code = self._code.get(url.toString())
+            if code is not None:
+                QGuiApplication.clipboard().setText(code)
+        elif url.scheme() in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+
+
+# --- Markdown to Qt-friendly HTML ---------------------------------------------------------------
+
+
+def _markdown(breaks: bool) -> MarkdownIt:
+    # html off: a model's (or a user's) markup is shown as text, never interpreted
+    md = MarkdownIt("commonmark", {"html": False, "breaks": breaks}).enable(["table", "strikethrough"])
+    md.add_render_rule("text", _render_text)
+    md.add_render_rule("code_inline", _render_code_inline)
+    md.add_render_rule("fence", _render_fence)
+    md.add_render_rule("table_open", lambda *_: '<table border="1" cellspacing="0" cellpadding="4">')
+    md.add_render_rule("code_block", _render_fence)
+    return md
+
+
+def _render_markdown(
+    md: MarkdownIt, source: str, spans: Spans, link_prefix: str, code: dict[str, str]
+) -> str:
+    tokens = md.parse(source)
+    env: dict[str, Any] = {"code": code, "link_prefix": link_prefix, "mask": None}
+    if spans:
+        mask = bytearray(len(source))
+        for start, end in spans:
+            start, end = max(0, start), min(end, len(source))
+            if end > start:
+                mask[start:end] = b"\x01" * (end - start)
+        env["mask"] = mask
+        _locate(tokens, source)
+    return md.renderer.render(tokens, md.options, env)
+
+
+def _locate(tokens: list[Token], source: str) -> None:
+    """Note in each text token's meta where its text starts in `source` (only where found verbatim)."""
+    line_starts = [0]
+    for i, ch in enumerate(source):
+        if ch == "\n":
+            line_starts.append(i + 1)
+
+    def line_start(line: int) -> int:
+        return line_starts[line] if line < len(line_starts) else len(source)
+
+    for token in tokens:
+        if token.map is None:
+            continue
+        cursor, end = line_start(token.map[0]), line_start(token.map[1])
+        if token.type in ("fence", "code_block"):
+            first = token.map[0] + (1 if token.type == "fence" else 0)
+            token.meta["lines"] = _line_offsets(token.content, source, line_start(first), end)
+        elif token.type == "inline":
+            for child in token.children or ():
+                if child.type in ("text", "code_inline") and child.content:
+                    at = source.find(child.content, cursor, end)
+                    if at >= 0:
+                        child.meta["offset"] = at
+                        cursor = at + len(child.content)
+
+
+def _line_offsets(content: str, source: str, cursor: int, end: int) -> list[int]:
+    """Where each line of a code block starts in `source` (-1: not found verbatim, e.g. tabs expanded)."""
+    offsets = []
+    for line in content.splitlines(keepends=True):
+        text = line.rstrip("\n")
+        at = source.find(text, cursor, end) if text else cursor
+        offsets.append(at)
+        if at >= 0:
+            cursor = at + len(text) + 1
+    return offsets
+
+
+def _marked(text: str, offset: int | None, mask: bytearray | None) -> str:
+    """`text` escaped, its accepted-draft characters on the draft background."""
+    if mask is None or offset is None:
+        return html.escape(text, quote=False)
+    out, i = [], 0
+    while i < len(text):
+        drafted = offset + i < len(mask) and mask[offset + i] == 1
+        j = i + 1
+        while j < len(text) and (offset + j < len(mask) and mask[offset + j] == 1) == drafted:
+            j += 1
+        piece = html.escape(text[i:j], quote=False)
+        out.append(f'<span style="background-color:{DRAFT_BACKGROUND};">{piece}</span>' if drafted else piece)
+        i = j
+    return "".join(out)
+
+
+def _render_text(self: Any, tokens: list[Token], idx: int, options: Any, env: dict[str, Any]) -> str:
+    token = tokens[idx]
+    return _marked(token.content, token.meta.get("offset"), env["mask"])
+
+
+def _render_code_inline(self: Any, tokens: list[Token], idx: int, options: Any, env: dict[str, Any]) -> str:
+    token = tokens[idx]
+    text = _marked(token.content, token.meta.get("offset"), env["mask"])
+    return f'<span style="font-family:{CODE_FONT}; background-color:{INLINE_CODE_BACKGROUND};">{text}</span>'
+
+
+def _render_fence(self: Any, tokens: list[Token], idx: int, options: Any, env: dict[str, Any]) -> str:
+    token = tokens[idx]
+    code = token.content[:-1] if token.content.endswith("\n") else token.content
+    language = token.info.strip().split(maxsplit=1)[0] if token.info.strip() else ""
+    link = f"{env['link_prefix']}{len(env['code'])}"
+    env["code"][link] = code
+    style = get_style_by_name(CODE_STYLE)
+    lines = token.meta.get("lines") if env["mask"] is not None else None
+    body = _highlight(code, language, env["mask"], lines)
+    label = html.escape(language) if language else "code"
+    return (
+        f'<table width="100%" cellspacing="0" cellpadding="6" border="0"'
+        f' style="background-color:{style.background_color};">'
+        f'<tr><td style="color:#6a737d;">{label}</td><td align="right"><a href="{link}">Copy</a></td></tr>'
+        f'<tr><td colspan="2"><pre style="font-family:{CODE_FONT};">{body}</pre></td></tr></table>'
+    )
+
+
+@lru_cache(maxsize=64)
+def _lexer(language: str) -> Lexer:
+    # the lexer must give back the code unchanged, or offsets (and draft marks) would drift
+    options = {"stripnl": False, "stripall": False, "ensurenl": False}
+    try:
+        return get_lexer_by_name(language, **options) if language else TextLexer(**options)
+    except ClassNotFound:
+        return TextLexer(**options)
+
+
+@lru_cache(maxsize=256)
+def _token_style(token_type: Any) -> str:
+    s = get_style_by_name(CODE_STYLE).style_for_token(token_type)
+    css = []
+    if s["color"]:
+        css.append(f"color:#{s['color']}")
+    if s["bold"]:
+        css.append("font-weight:bold")
+    if s["italic"]:
+        css.append("font-style:italic")
+    if s["underline"]:
+        css.append("text-decoration:underline")
+    if s["bgcolor"]:
+        css.append(f"background-color:#{s['bgcolor']}")
+    return ";".join(css)
+
+
+def _highlight(code: str, language: str, mask: bytearray | None, lines: list[int] | None) -> str:
+    """Pygments tokens as inline-styled spans; accepted-draft characters get the draft background."""
+    tokens = list(_lexer(language).get_tokens(code))
+    drafted = None
+    if mask is not None and lines is not None and "".join(v for _, v in tokens) == code:
+        drafted = _code_mask(code, mask, lines)
+    out, at = [], 0
+    for token_type, value in tokens:
+        style = _token_style(token_type)
+        i = 0
+        while i < len(value):
+            j = i + 1
+            if drafted is not None:
+                while j < len(value) and drafted[at + j] == drafted[at + i]:
+                    j += 1
+            else:
+                j = len(value)
+            css = style
+            if drafted is not None and drafted[at + i]:
+                css = (
+                    f"{style};background-color:{DRAFT_BACKGROUND}"
+                    if style
+                    else f"background-color:{DRAFT_BACKGROUND}"
+                )
+            piece = html.escape(value[i:j], quote=False)
+            out.append(f'<span style="{css}">{piece}</span>' if css else piece)
+            i = j
+        at += len(value)
+    return "".join(out)
+
+
+def _code_mask(code: str, mask: bytearray, lines: list[int]) -> bytearray:
+    """The draft mask of each character of `code`, taken from its lines' places in the source."""
+    drafted = bytearray(len(code))
+    at = 0
+    for line, offset in zip(code.splitlines(keepends=True), lines, strict=False):
+        if offset >= 0:
+            drafted[at : at + len(line)] = mask[offset : offset + len(line)].ljust(len(line), b"\0")
+        at += len(line)
+    return drafted
