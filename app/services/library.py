@@ -1,0 +1,511 @@
+"""The model library for the window: catalog rows with fit and download state, the local GGUF files, and
+loading a pair into the running engine (POST /admin/load, read as server-sent events).
+
+Disk and header work (scanning the models folder, importing a file, a pairing verdict) runs on a short
+worker thread, so the window never waits on a GGUF header; downloads run in `DownloadTask`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QProcess,
+    QProcessEnvironment,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
+from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
+
+from app import hub
+from app.catalog import curated, gguf, pairing
+from app.catalog.library import Library, LocalModel
+from app.services.client import EngineClient
+from app.services.downloads import DownloadTask
+from app.services.engine import app_command
+
+ModelIndex = QModelIndex | QPersistentModelIndex
+PAIR_ROLE = Qt.ItemDataRole.UserRole
+
+
+# --- fit on this machine ------------------------------------------------------------------------
+
+FIT_TIMEOUT_MS = 120_000
+
+
+class FitScan(QObject):
+    """`python -m app models list --json` in a child process: every pair's fit badge, placement and
+    per-device summary, exactly as the CLI computes them (the device probes load GPU drivers, which stay
+    out of the window's process, as with `DeviceScan`)."""
+
+    scanned = Signal(dict)  # pair id -> {"badge", "placement", "devices", "installed"}
+    failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._proc: QProcess | None = None
+        self._timer = QTimer(self, singleShot=True, interval=FIT_TIMEOUT_MS, timeout=self._timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None
+
+    def start(self, models_dir: Path, catalog: Path | None = None) -> None:
+        if self._proc is not None:
+            return
+        program, args = app_command(["models", "list", "--json"])
+        env = QProcessEnvironment.systemEnvironment()
+        env.insert("FORESIGHT_MODELS__DIR", str(models_dir))
+        if catalog is not None:
+            env.insert("FORESIGHT_MODELS__CATALOG", str(catalog))
+        proc = QProcess(self)
+        proc.setProcessEnvironment(env)
+        proc.finished.connect(self._finished)
+        self._proc = proc
+        proc.start(program, args)
+        self._timer.start()
+
+    def _timeout(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+
+    def _finished(self, code: int, _status: QProcess.ExitStatus) -> None:
+        proc, self._proc = self._proc, None
+        self._timer.stop()
+        if proc is None:
+            return
+        out = bytes(proc.readAllStandardOutput()).decode("utf-8", errors="replace")
+        err = bytes(proc.readAllStandardError()).decode("utf-8", errors="replace").strip()
+        proc.deleteLater()
+        try:
+            rows = json.loads(out)["pairs"]
+        except (ValueError, KeyError, TypeError):
+            last = err.splitlines()[-1] if err else "no output"
+            self.failed.emit(f"could not size the pairs for this machine (exit code {code}): {last}")
+            return
+        self.scanned.emit({r["id"]: {**r["fit"], "installed": r["installed"]} for r in rows})
+
+
+def installed_paths(pair: curated.Pair, models_dir: Path) -> dict[str, Path] | None:
+    """The pair's files to load ({"target": path, "drafter": path}) when every file is in, else None."""
+    specs = pair.file_specs()
+    if not all(hub.library_path(models_dir, s.repo, s.filename).is_file() for s in specs):
+        return None
+    return {
+        role: hub.library_path(models_dir, m.repo, m.first)
+        for role, m in (("target", pair.target), ("drafter", pair.drafter))
+    }
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def describe_progress(p: hub.Progress) -> str:
+    """One line for a download: share, bytes, speed and time left."""
+    if p.state == "planning":
+        return "asking the hub for file sizes…"
+    if p.state == "failed":
+        return f"failed: {p.message}"
+    share = f"{p.done / p.total:.0%}" if p.total else "0%"
+    if p.state == "downloading":
+        eta = f", {p.eta:.0f} s left" if p.eta is not None else ""
+        return f"downloading {share} of {_size(p.total)} at {p.speed / 2**20:.1f} MiB/s{eta}"
+    if p.state == "verifying":
+        return f"verifying {p.file} ({share})"
+    if p.state == "paused":
+        return f"paused at {share}"
+    return p.state
+
+
+# --- background work ------------------------------------------------------------------------------
+
+
+class Background(QObject):
+    """One call on a worker thread: `done` with its result or `failed` with the error's message."""
+
+    done = Signal(object)
+    failed = Signal(str)
+
+    def __init__(self, work: Callable[[], Any], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._work = work
+        self._thread = threading.Thread(target=self._run, name="library", daemon=True)
+
+    def start(self) -> Background:
+        self._thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            result = self._work()
+        except Exception as exc:  # every failure reaches the window as words
+            self.failed.emit(
+                str(exc.args[0]) if isinstance(exc, OSError | KeyError) and exc.args else str(exc)
+            )
+        else:
+            self.done.emit(result)
+
+
+def read_verdict(target: Path, drafter: Path) -> pairing.Verdict:
+    """The pairing verdict of two local GGUF files (their headers only)."""
+    return pairing.check_pair(gguf.read_file(target), gguf.read_file(drafter), target.name, drafter.name)
+
+
+# --- the catalog ---------------------------------------------------------------------------------
+
+
+class CatalogModel(QAbstractTableModel):
+    """The curated pairs with their fit badge, and the download state of each (one job per pair)."""
+
+    COLUMNS = ("Pair", "Download", "Fit on this machine", "State")
+    downloaded = Signal(str, list)  # pair id, the installed paths
+    downloadFailed = Signal(str, str)  # pair id, message
+    downloadStopped = Signal(str, bool)  # pair id, paused (False: cancelled)
+    progressChanged = Signal(str)  # pair id
+
+    def __init__(
+        self,
+        pairs: list[curated.Pair],
+        models_dir: Path,
+        token: str | None = None,
+        endpoint: str | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.pairs = pairs
+        self.models_dir = Path(models_dir)
+        self.token = token
+        self.endpoint = endpoint
+        self.fits: dict[str, dict] = {}
+        self.tasks: dict[str, DownloadTask] = {}
+        self.progress: dict[str, hub.Progress] = {}
+        self.states: dict[str, str] = {}  # downloading | paused | cancelled | failed | done
+        self.messages: dict[str, str] = {}
+        self._installed = {p.id: installed_paths(p, self.models_dir) for p in pairs}
+
+    # model ------------------------------------------------------------------------------------
+
+    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.pairs)
+
+    def columnCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        return None
+
+    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        p = self.pairs[index.row()]
+        if role == PAIR_ROLE:
+            return p.id
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            if column == 0:
+                flags = ([] if p.verified else ["unverified"]) + (["vision"] if p.vision else [])
+                return p.name + (f" ({', '.join(flags)})" if flags else "")
+            if column == 1:
+                return _size(p.download_bytes)
+            if column == 2:
+                return self.fits[p.id]["badge"] if p.id in self.fits else "checking this machine…"
+            return self.state_text(p.id)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if column == 2 and p.id in self.fits:
+                found = self.fits[p.id]
+                return "\n".join([found["placement"]["reason"], *found["devices"]])
+            if column == 0:
+                return "\n".join(
+                    filter(None, [f"target {p.target.repo}/{p.target.first}",
+                                  f"drafter {p.drafter.repo}/{p.drafter.first}", p.license, p.notes])
+                )  # fmt: skip
+        return None
+
+    def pair(self, pair_id: str) -> curated.Pair:
+        return curated.find(pair_id, self.pairs)
+
+    def row_of(self, pair_id: str) -> int:
+        return next(i for i, p in enumerate(self.pairs) if p.id == pair_id)
+
+    def installed(self, pair_id: str) -> dict[str, Path] | None:
+        return self._installed.get(pair_id)
+
+    def state_text(self, pair_id: str) -> str:
+        state = self.states.get(pair_id)
+        if state in ("downloading", "paused") and pair_id in self.progress:
+            return describe_progress(self.progress[pair_id])
+        if state == "failed":
+            return f"failed: {self.messages.get(pair_id, '')}"
+        if self._installed.get(pair_id):
+            return "installed"
+        if state == "cancelled":
+            return "cancelled"
+        return "not downloaded"
+
+    def set_fits(self, fits: dict[str, dict]) -> None:
+        self.fits = fits
+        if self.pairs:
+            self.dataChanged.emit(self.index(0, 2), self.index(len(self.pairs) - 1, 2))
+
+    def refresh_installed(self) -> None:
+        self._installed = {p.id: installed_paths(p, self.models_dir) for p in self.pairs}
+        if self.pairs:
+            self.dataChanged.emit(self.index(0, 3), self.index(len(self.pairs) - 1, 3))
+
+    def _changed(self, pair_id: str) -> None:
+        row = self.row_of(pair_id)
+        self.dataChanged.emit(self.index(row, 3), self.index(row, 3))
+        self.progressChanged.emit(pair_id)
+
+    # downloads --------------------------------------------------------------------------------
+
+    def running(self, pair_id: str) -> bool:
+        task = self.tasks.get(pair_id)
+        return task is not None and task.running
+
+    def download(self, pair_id: str) -> None:
+        """Start the pair's download, or resume it after a pause (its .part files are kept)."""
+        if self.running(pair_id):
+            return
+        task = self.tasks.get(pair_id)
+        if task is None:
+            files = self.pair(pair_id).file_specs()
+            task = DownloadTask(files, self.models_dir, self.token, self.endpoint, self)
+            task.progress.connect(lambda p, i=pair_id: self._progress(i, p))
+            task.finished.connect(lambda paths, i=pair_id: self._finished(i, paths))
+            task.failed.connect(lambda message, i=pair_id: self._failed(i, message))
+            task.stopped.connect(lambda paused, i=pair_id: self._stopped(i, paused))
+            self.tasks[pair_id] = task
+        self.states[pair_id] = "downloading"
+        self.progress[pair_id] = hub.Progress("planning")
+        self._changed(pair_id)
+        task.start()
+
+    def pause(self, pair_id: str) -> None:
+        if self.running(pair_id):
+            self.tasks[pair_id].pause()
+
+    def cancel(self, pair_id: str) -> None:
+        """Stop the download and delete its partial files (a running job deletes them itself)."""
+        task = self.tasks.get(pair_id)
+        if task is None:
+            return
+        if task.running:
+            task.cancel()
+            return
+        for p in task.job.plan_:  # paused: no job runs to clean up after itself
+            p.part.unlink(missing_ok=True)
+            p.part.with_name(p.part.name + ".json").unlink(missing_ok=True)  # hub's resume record
+        self._stopped(pair_id, False)
+
+    def wait(self, timeout: float | None = None) -> None:
+        for task in self.tasks.values():
+            task.wait(timeout)
+
+    def _progress(self, pair_id: str, p: hub.Progress) -> None:
+        if p.state in ("planning", "downloading", "verifying"):
+            self.progress[pair_id] = p
+            self._changed(pair_id)
+
+    def _finished(self, pair_id: str, paths: list) -> None:
+        self.tasks.pop(pair_id, None)
+        self.states[pair_id] = "done"
+        self._installed[pair_id] = installed_paths(self.pair(pair_id), self.models_dir)
+        self._changed(pair_id)
+        self.downloaded.emit(pair_id, paths)
+
+    def _failed(self, pair_id: str, message: str) -> None:
+        self.tasks.pop(pair_id, None)
+        self.states[pair_id] = "failed"
+        self.messages[pair_id] = message
+        self._changed(pair_id)
+        self.downloadFailed.emit(pair_id, message)
+
+    def _stopped(self, pair_id: str, paused: bool) -> None:
+        if paused:
+            self.states[pair_id] = "paused"
+            last = self.progress.get(pair_id, hub.Progress("paused"))
+            self.progress[pair_id] = dataclasses.replace(last, state="paused", speed=0.0, eta=None)
+        else:
+            self.tasks.pop(pair_id, None)
+            self.states[pair_id] = "cancelled"
+            self.progress.pop(pair_id, None)
+        self._changed(pair_id)
+        self.downloadStopped.emit(pair_id, paused)
+
+
+# --- the local files -----------------------------------------------------------------------------
+
+
+class LocalModels(QAbstractTableModel):
+    """The GGUF files `Library.scan()` found; `scan()` reads them on a worker thread."""
+
+    COLUMNS = ("File", "Size", "Architecture", "Source", "Problem")
+    scanned = Signal()
+    failed = Signal(str)
+
+    def __init__(
+        self, library: Library, include_hf_cache: bool = True, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.library = library
+        self.include_hf_cache = include_hf_cache
+        self.models: list[LocalModel] = []
+        self._scan: Background | None = None
+
+    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.models)
+
+    def columnCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        return None
+
+    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        m = self.models[index.row()]
+        if role == PAIR_ROLE:
+            return str(m.path)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return str(m.path)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (m.path.name, _size(m.size), m.architecture or "?", m.source, m.problem)[index.column()]
+        return None
+
+    def usable(self) -> list[LocalModel]:
+        """Text models that can be loaded (no mmproj, no unreadable file)."""
+        return [m for m in self.models if not m.problem and not m.is_mmproj]
+
+    @property
+    def scanning(self) -> bool:
+        return self._scan is not None and self._scan.running
+
+    def scan(self) -> None:
+        if self.scanning:
+            return
+        self._scan = Background(lambda: self.library.scan(include_hf_cache=self.include_hf_cache), self)
+        self._scan.done.connect(self._scanned)
+        self._scan.failed.connect(self.failed)
+        self._scan.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._scan is not None:
+            self._scan.wait(timeout)
+
+    def _scanned(self, models: list[LocalModel]) -> None:
+        self.beginResetModel()
+        self.models = models
+        self.endResetModel()
+        self.scanned.emit()
+
+
+# --- loading a pair into the engine ----------------------------------------------------------------
+
+
+class LoadStream(QObject):
+    """One POST /admin/load: `stage` for each stage the engine reports, then `done` with the "ready"
+    event (model, draft, context_length) or `failed` with the engine's message."""
+
+    stage = Signal(str)
+    done = Signal(dict)
+    failed = Signal(str)
+
+    def __init__(self, client: EngineClient, body: dict[str, Any], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._manager = QNetworkAccessManager(self)
+        request = QNetworkRequest(QUrl(f"{client.base_url}/admin/load"))
+        request.setHeader(QNetworkRequest.KnownHeaders.ContentTypeHeader, "application/json")
+        request.setRawHeader(b"Authorization", f"Bearer {client.token}".encode())
+        request.setRawHeader(b"Accept", b"text/event-stream")
+        self._buffer = b""
+        self._ready: dict[str, Any] | None = None
+        self._error = ""
+        self._ended = False
+        self._reply = self._manager.post(request, json.dumps(body).encode())
+        self._reply.readyRead.connect(self._read)
+        self._reply.finished.connect(self._finished)
+
+    def _read(self) -> None:
+        self._buffer += bytes(self._reply.readAll())
+        while b"\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split(b"\n\n", 1)
+            for line in event.decode("utf-8", errors="replace").splitlines():
+                if line.startswith("data:"):
+                    self._event(line[5:].strip())
+
+    def _event(self, data: str) -> None:
+        if data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        if "error" in event:
+            error = event["error"]
+            self._error = str(error.get("message", error) if isinstance(error, dict) else error)
+        elif "stage" in event:
+            self.stage.emit(str(event["stage"]))
+            if event["stage"] == "ready":
+                self._ready = event
+
+    def _finished(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        reply = self._reply
+        status = reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
+        ok = reply.error() == QNetworkReply.NetworkError.NoError
+        if ok:
+            self._read()
+        else:  # refused before streaming (bad path, busy, bad token): a JSON error body
+            body = (self._buffer + bytes(reply.readAll())).decode("utf-8", errors="replace")
+            try:
+                self._error = str(json.loads(body)["error"]["message"])
+            except (ValueError, KeyError, TypeError):
+                self._error = self._error or reply.errorString()
+            if status:
+                self._error += f" (HTTP {status})"
+        if self._error:
+            self.failed.emit(self._error)
+        elif self._ready is not None:
+            self.done.emit(self._ready)
+        else:
+            self.failed.emit("the engine ended the load without saying it was ready")
+        reply.deleteLater()
+
+
+def load_pair(
+    client: EngineClient,
+    target: str,
+    draft: str | None = None,
+    ngram: bool = False,
+    parent: QObject | None = None,
+) -> LoadStream:
+    """Ask the running engine to load `target` with a drafter model, n-gram drafting, or neither."""
+    body = {"target": target, "draft": draft, "ngram": bool(ngram and not draft)}
+    return LoadStream(client, body, parent)
