@@ -1,15 +1,17 @@
 """The chat transcript: messages as HTML (Markdown, highlighted code with Copy links, accepted-draft marks).
 
 Markdown is parsed by markdown-it-py and code is coloured with Pygments into inline styles (Qt's rich
-text knows no style sheets). Each message's HTML is cached, so while an answer streams only that
-answer is rendered again. Accepted-draft highlighting maps the message's `draft_spans` (character
-ranges of its Markdown source) onto the text of the rendered page: text whose source cannot be found
-verbatim (escapes, entities) is simply left unmarked.
+text knows no style sheets). Each message's HTML is cached and the document is edited in place, so
+while an answer streams only that answer is rendered again (`last_render_ms` says what that cost: a
+caller re-rendering on a timer can stretch its interval with it). Accepted-draft highlighting maps
+a message's `draft_spans` (character ranges of its Markdown source) onto the rendered text: text
+whose source cannot be found verbatim (escapes, entities) is simply left unmarked.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,6 +33,7 @@ CODE_STYLE = "default"  # the Pygments style; its own background frames the code
 INLINE_CODE_BACKGROUND = "#eff1f3"
 CODE_FONT = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
 PLACEHOLDER = "<p><i>Start a conversation: type below and press Send.</i></p>"
+TITLE_MARGIN_PX = 8
 AT_BOTTOM_PX = 4  # a scroll bar this close to its end counts as "following the answer"
 
 Spans = Sequence[Sequence[int]]
@@ -78,12 +81,20 @@ class Transcript(QTextBrowser):
         self._shown: list[str] = []  # each message's HTML, as the document holds it
         self._tail_start: int | None = None  # where the last message begins in the document
         self._code: dict[str, str] = {}
+        self.last_render_ms = 0.0  # what the last show_messages took
         self.setHtml(PLACEHOLDER)
 
     def show_messages(self, messages: Sequence[dict[str, Any]], highlight_drafts: bool = False) -> None:
         """Show `messages`: dicts with role, content, and optionally status ("complete" shows nothing,
         "writing" marks the answer in flight), stats (a line of text) and draft_spans ([start, end)
         character ranges of content that came from accepted drafts, shown when `highlight_drafts`)."""
+        t0 = time.perf_counter()
+        try:
+            self._show(messages, highlight_drafts)
+        finally:
+            self.last_render_ms = (time.perf_counter() - t0) * 1000
+
+    def _show(self, messages: Sequence[dict[str, Any]], highlight_drafts: bool) -> None:
         bar = self.verticalScrollBar()
         follow = bar.value() >= bar.maximum() - AT_BOTTOM_PX
         previous = bar.value()
@@ -96,31 +107,41 @@ class Transcript(QTextBrowser):
         self._code = {link: code for r in self._cache for link, code in r.code.items()}
         if parts == self._shown:
             return
-        if self._tail_start is not None and parts[:-1] == self._shown[:-1]:
-            self._replace_tail(parts[-1])  # streaming: only the answer in flight changed
+        keep = len(self._shown) - 1  # the messages before the last one shown
+        if self._tail_start is not None and len(parts) > keep and parts[:keep] == self._shown[:keep]:
+            self._rewrite_tail(parts[keep:])  # streaming, or a new question or answer after the last
         else:
             self.setHtml("".join(f"{p}<hr/>" for p in parts[:-1]))
             self._tail_start = None
-            self._replace_tail(parts[-1])
+            self._rewrite_tail(parts[-1:])
         self._shown = parts
         bar.setValue(bar.maximum() if follow else previous)
 
-    def _replace_tail(self, tail: str) -> None:
-        # setHtml of a long transcript costs ~100 ms of parsing and layout; editing the last message
-        # in place costs what that message costs
+    def _rewrite_tail(self, tail: list[str]) -> None:
+        """Put `tail` in place of the last message shown (or after the document), noting where its own
+        last message begins: setHtml of a 40-message transcript costs ~100 ms of parsing and layout,
+        while an edit in place costs what the edited messages cost."""
         cursor = QTextCursor(self.document())
         if self._tail_start is None:
             cursor.movePosition(QTextCursor.MoveOperation.End)
             if cursor.position() > 0:  # after the earlier messages' closing ruler
                 cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-            self._tail_start = cursor.position()
         else:
             cursor.setPosition(self._tail_start)
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.removeSelectedText()
-            cursor.setBlockFormat(QTextBlockFormat())
+        for i, part in enumerate(tail):
+            if i:
+                cursor.insertHtml("<hr/>")
+                cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            self._tail_start = cursor.position()
+            # the message's first block (its title) takes this block's format, not the one in `part`
+            title = QTextBlockFormat()
+            title.setTopMargin(TITLE_MARGIN_PX)
+            title.setBottomMargin(TITLE_MARGIN_PX)
+            cursor.setBlockFormat(title)
             cursor.setCharFormat(QTextCharFormat())
-        cursor.insertHtml(tail)
+            cursor.insertHtml(part)
 
     def code_block(self, link: str) -> str | None:
         """The code behind a Copy link (`copy:M.B`: message M's block B), as it was last shown."""
@@ -146,7 +167,8 @@ class Transcript(QTextBrowser):
         elif status != "complete":
             state = f" <i>({html.escape(status)})</i>"
         footer = f'<p style="color:#6a737d;"><i>{html.escape(stats)}</i></p>' if stats else ""
-        rendered = _Rendered(key, f"<p><b>{title}</b>{state}</p>{body}{footer}", code)
+        head = f'<p style="margin-top:{TITLE_MARGIN_PX}px; margin-bottom:{TITLE_MARGIN_PX}px;">'
+        rendered = _Rendered(key, f"{head}<b>{title}</b>{state}</p>{body}{footer}", code)
         if index < len(self._cache):
             self._cache[index] = rendered
         else:
@@ -265,7 +287,8 @@ def _render_fence(self: Any, tokens: list[Token], idx: int, options: Any, env: d
     env["code"][link] = code
     style = get_style_by_name(CODE_STYLE)
     lines = token.meta.get("lines") if env["mask"] is not None else None
-    body = _highlight(code, language, env["mask"], lines)
+    # no code yet: the language may still be arriving ("pyt"), and a failed lookup scans every plugin
+    body = _highlight(code, language if code else "", env["mask"], lines)
     label = html.escape(language) if language else "code"
     return (
         f'<table width="100%" cellspacing="0" cellpadding="6" border="0"'
