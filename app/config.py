@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import tempfile
 import tomllib
 import types
 import typing
@@ -146,6 +148,48 @@ def load_settings(
         return Settings.model_validate(layered)
     except ValidationError as exc:
         raise ConfigError(f"invalid settings: {exc}") from exc
+
+
+def save_settings(settings: Settings, file: Path | None = None) -> Path:
+    """Write the values that differ from the defaults to the TOML file, atomically; returns the file.
+
+    Defaults stay in this module only, so a later release's better default reaches users who never
+    changed the value. The file is replaced whole: comments in a hand-edited file are not kept.
+    """
+    file = file if file is not None else paths.config_file()
+    lines: list[str] = []
+    for section, fields in settings.model_dump(exclude_defaults=True).items():
+        lines.append(f"[{section}]")
+        for name, value in fields.items():
+            if value is None:  # TOML has no null; every field that may be None defaults to None
+                raise ConfigError(f"{section}.{name}: cannot write None over a default of another value")
+            lines.append(f"{name} = {_toml_value(value)}")
+        lines.append("")
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("\n".join(lines))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return file
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        # a JSON string is a TOML basic string, once DEL (raw in JSON, escaped in TOML) is escaped
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {type(value).__name__} to TOML")
 
 
 def _arg_type(annotation: Any) -> tuple[Any, dict[str, Any]]:

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError, Settings, add_section_flags, load_settings, overrides_from_args
+from app.config import (
+    ConfigError,
+    Settings,
+    add_section_flags,
+    load_settings,
+    overrides_from_args,
+    save_settings,
+)
 
 
 def test_defaults_without_any_source(tmp_path: Path) -> None:
@@ -55,3 +62,25 @@ def test_flags_derive_from_the_fields(tmp_path: Path) -> None:
     assert s.engine.n_ctx == 2048
     assert s.draft.adaptive is False
     assert "context length in tokens" in parser.format_help()
+
+
+def test_save_writes_only_changes_and_loads_back(tmp_path: Path) -> None:
+    file = tmp_path / "sub" / "config.toml"
+    s = Settings()
+    s.engine.n_ctx = 8192
+    s.engine.tensor_split = [3.0, 1.0]
+    s.draft.adaptive = False
+    s.draft.mode = "ngram"
+    s.sampling.top_p = 0.5
+    s.sampling.seed = 2**63 - 1
+    s.server.cors_origin = 'http://a "quoted" \\ host\x7f\tü'
+    assert save_settings(s, file) == file
+    assert load_settings(file, environ={}) == s
+    text = file.read_text(encoding="utf-8")
+    assert "[engine]" in text
+    assert "n_batch" not in text  # defaults stay in the code
+    assert "[models]" not in text
+    assert [p.name for p in file.parent.iterdir()] == ["config.toml"]  # no temp file left behind
+    save_settings(Settings(), file)
+    assert file.read_text() == ""
+    assert load_settings(file, environ={}) == Settings()
