@@ -212,10 +212,27 @@ def test_a_pair_downloads_pauses_resumes_and_a_cancel_leaves_nothing(
         panel.cancel_button.click()
         release.set()
     assert stopped.args == ["gemma-other", False]
-    assert not hub.library_path(models / hub.PARTIAL_DIR, other_repo, GEMMA_FILE + ".part").exists()
+    other_part = hub.library_path(models / hub.PARTIAL_DIR, other_repo, GEMMA_FILE + ".part")
+    assert not other_part.exists()
     assert not hub.library_path(models, other_repo, GEMMA_FILE).exists()
     assert _column(panel, 3)["gemma-other"] == "cancelled"
     assert panel.download_button.text() == "Download"
+
+    # cancelling a paused download (no job runs) deletes its partial file too
+    release = fake_hub.stall_after(other_repo, GEMMA_FILE, 32 << 20)
+    panel.download_button.click()
+    assert fake_hub.stalled.wait(60)
+    with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=DOWNLOAD_MS):
+        panel.pause_button.click()
+        release.set()
+    assert other_part.stat().st_size > 0
+    assert panel.cancel_button.isEnabled()
+    with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=1000) as stopped:
+        panel.cancel_button.click()
+    assert stopped.args == ["gemma-other", False]
+    assert not other_part.exists()
+    assert not other_part.with_name(other_part.name + ".json").exists()
+    assert _column(panel, 3)["gemma-other"] == "cancelled"
     panel.wait()
 
 
@@ -242,7 +259,8 @@ def test_a_download_that_fails_says_why(
 def engine(qtbot: QtBot, gemma_path: Path) -> Iterator[EngineProcess]:
     proc = EngineProcess()
     with qtbot.waitSignal(proc.ready, timeout=ENGINE_MS):
-        proc.start(["--target", str(gemma_path), "--no-draft", "--n-ctx", "1024"])
+        # a short longest draft keeps the engine's verify-cost calibration (run on each load) brief
+        proc.start(["--target", str(gemma_path), "--no-draft", "--n-ctx", "1024", "--max-draft", "2"])
     yield proc
     proc.stop()
 
