@@ -169,6 +169,9 @@ def test_streaming_edits_the_document_in_place_follows_the_bottom_and_respects_s
     # against ~100 ms for a full render of these 40 messages)
     assert statistics.median(step_ms) < min(full_ms) / 3, (step_ms, full_ms)
     assert "(writing…)" in transcript.toPlainText()
+    just_begun = {"role": "assistant", "content": "", "status": "streaming"}  # as the chat store says it
+    transcript.show_messages([*history, question, just_begun])
+    assert transcript.toPlainText().endswith("Assistant (writing…)")
 
     # the document edited in place is the one a render from scratch makes
     transcript.show_messages(done)

@@ -85,9 +85,10 @@ class Transcript(QTextBrowser):
         self.setHtml(PLACEHOLDER)
 
     def show_messages(self, messages: Sequence[dict[str, Any]], highlight_drafts: bool = False) -> None:
-        """Show `messages`: dicts with role, content, and optionally status ("complete" shows nothing,
-        "writing" marks the answer in flight), stats (a line of text) and draft_spans ([start, end)
-        character ranges of content that came from accepted drafts, shown when `highlight_drafts`)."""
+        """Show `messages`: dicts with role, content, and optionally status ("complete" shows nothing;
+        "writing" or "streaming" marks the answer in flight), stats (a line of text) and draft_spans
+        ([start, end) character ranges of content that came from accepted drafts, shown when
+        `highlight_drafts`). Scrolled to the end, the view follows new text; scrolled up, it stays."""
         t0 = time.perf_counter()
         try:
             self._show(messages, highlight_drafts)
@@ -162,7 +163,7 @@ class Transcript(QTextBrowser):
         body = _render_markdown(md, content, spans, f"copy:{index}.", code).strip()
         title = html.escape(ROLE_TITLES.get(role, role))
         state = ""
-        if status == "writing":
+        if status in ("writing", "streaming"):  # "streaming": the chat store's name for it
             state = " <i>(writing…)</i>"
         elif status != "complete":
             state = f" <i>({html.escape(status)})</i>"
