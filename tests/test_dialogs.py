@@ -7,7 +7,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QMenu, QSpinBox, QWidget
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QApplication,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QLineEdit,
+    QMenu,
+    QMessageBox,
+    QSpinBox,
+    QWidget,
+)
 from pytestqt.qtbot import QtBot
 
 from app.chats import ChatStore
@@ -410,3 +421,22 @@ def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path) ->
     write_atomic(target, "new")
     assert target.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["export.json"]
+
+
+@pytest.mark.timeout(30)  # a box left open would block until then
+def test_the_real_confirmation_box_answers_by_its_named_button(qtbot: QtBot) -> None:
+    seen: list[str] = []
+
+    def click(cancel: bool) -> None:
+        box = QApplication.activeModalWidget()
+        assert isinstance(box, QMessageBox)
+        seen.append(box.text())
+        if cancel:
+            box.button(QMessageBox.StandardButton.Cancel).click()
+        else:
+            next(b for b in box.buttons() if b.text() == "Delete everything").click()
+
+    for cancel in (False, True):
+        QTimer.singleShot(50, lambda cancel=cancel: click(cancel))
+        assert Prompts().confirm(None, "Delete", "names what goes", "Delete everything") is not cancel
+    assert seen == ["names what goes"] * 2

@@ -51,6 +51,7 @@ from app.config import (
     save_settings,
 )
 
+ACRONYMS = {"gpu": "GPU", "hf": "HF", "cors": "CORS", "ctx": "context", "attn": "attention"}
 INT32_MAX = 2**31 - 1  # QSpinBox holds a C int; wider fields get a line edit
 ERROR_STYLE = "color: #a00000;"
 
@@ -265,7 +266,8 @@ class FieldEditor:
 
     def __init__(self, section: str, name: str, info: FieldInfo) -> None:
         self.section, self.name, self.info = section, name, info
-        self.label = name.replace("_", " ").capitalize()
+        words = " ".join(ACRONYMS.get(w, w) for w in name.split("_"))
+        self.label = words[:1].upper() + words[1:]
         self.bounds = Bounds.of(info)
         kind, optional = _plain(info.annotation)
         self.kind, self.optional = kind, optional
@@ -403,6 +405,7 @@ class SettingsDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(self.note)
         layout.addWidget(self.tabs, 1)
+        self.setMinimumWidth(560)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
 
