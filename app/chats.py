@@ -23,7 +23,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 ROLES = ("system", "user", "assistant")
 STATUSES = ("complete", "streaming", "interrupted", "stopped", "error")
 EXPORT_FORMAT = "foresight-chats"
@@ -51,6 +51,8 @@ _MIGRATIONS: dict[int, str] = {
     );
     CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
     """,
+    # where an answer's text came from accepted drafts: [start, end) character ranges, as JSON
+    2: "ALTER TABLE messages ADD COLUMN draft_spans TEXT NOT NULL DEFAULT '[]'",
 }
 
 
@@ -58,8 +60,8 @@ _INSERT_CONVERSATION = (
     "INSERT INTO conversations(title, system_prompt, settings, created, updated) VALUES (?,?,?,?,?)"
 )
 _INSERT_MESSAGE = (
-    "INSERT INTO messages(conversation_id, role, content, images, status, stats, created) "
-    "VALUES (?,?,?,?,?,?,?)"
+    "INSERT INTO messages(conversation_id, role, content, images, status, stats, created, draft_spans) "
+    "VALUES (?,?,?,?,?,?,?,?)"
 )
 
 
@@ -77,6 +79,7 @@ class Message:
     images: list[str] = field(default_factory=list)
     stats: dict[str, Any] | None = None
     created: float = 0.0
+    draft_spans: list[list[int]] = field(default_factory=list)  # text that came from accepted drafts
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +89,7 @@ class Message:
             "images": self.images,
             "stats": self.stats,
             "created": self.created,
+            "draft_spans": self.draft_spans,
         }
 
 
@@ -120,6 +124,7 @@ def _message(row: sqlite3.Row) -> Message:
         json.loads(row["images"]),
         json.loads(row["stats"]) if row["stats"] else None,
         row["created"],
+        json.loads(row["draft_spans"]),
     )
 
 
@@ -298,7 +303,7 @@ class ChatStore:
                 raise ChatStoreError(f"no conversation {conversation_id}")
             cur = db.execute(
                 _INSERT_MESSAGE,
-                (conversation_id, role, content, json.dumps(images or []), status, _stats(stats), now),
+                (conversation_id, role, content, json.dumps(images or []), status, _stats(stats), now, "[]"),
             )
             db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
         return self.message(int(cur.lastrowid))
@@ -308,15 +313,22 @@ class ChatStore:
         return self.add_message(conversation_id, "assistant", "", status="streaming")
 
     def update_answer(
-        self, message_id: int, content: str, status: str = "streaming", stats: dict | None = None
+        self,
+        message_id: int,
+        content: str,
+        status: str = "streaming",
+        stats: dict | None = None,
+        draft_spans: list[list[int]] | None = None,
     ) -> None:
         """Store the answer so far (the GUI calls this every few hundred ms and at the end)."""
         if status not in STATUSES:
             raise ChatStoreError(f"unknown status {status!r}")
+        spans = json.dumps([[int(a), int(b)] for a, b in draft_spans]) if draft_spans is not None else None
         with self._write() as db:
             db.execute(
-                "UPDATE messages SET content=?, status=?, stats=COALESCE(?, stats) WHERE id=?",
-                (content, status, _stats(stats), message_id),
+                "UPDATE messages SET content=?, status=?, stats=COALESCE(?, stats), "
+                "draft_spans=COALESCE(?, draft_spans) WHERE id=?",
+                (content, status, _stats(stats), spans, message_id),
             )
 
     def message(self, message_id: int) -> Message:
@@ -402,6 +414,7 @@ class ChatStore:
                                 "interrupted" if status == "streaming" else status,
                                 _stats(m.get("stats")),
                                 float(m.get("created") or now),
+                                json.dumps([[int(a), int(b)] for a, b in m.get("draft_spans") or []]),
                             ),
                         )
                 except (KeyError, TypeError, ValueError, AttributeError, sqlite3.IntegrityError) as exc:

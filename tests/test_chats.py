@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.chats import SCHEMA_VERSION, ChatStore, ChatStoreError, trim_to_context
+from app.chats import _MIGRATIONS, SCHEMA_VERSION, ChatStore, ChatStoreError, trim_to_context
 
 
 @pytest.fixture
@@ -219,3 +219,27 @@ def test_trim_to_context_drops_the_oldest_turns_and_keeps_the_system_prompt() ->
     alone, n = trim_to_context([*msgs[:1], {"role": "user", "content": "w " * 100}], count, budget=10)
     assert n == 0
     assert len(alone) == 2  # the newest message is never dropped
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_messages(tmp_path: Path) -> None:
+    path = tmp_path / "chats.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(_MIGRATIONS[1] + "PRAGMA user_version=1;")
+    db.execute("INSERT INTO conversations(title, created, updated) VALUES ('old', 1, 1)")
+    db.execute("INSERT INTO messages(conversation_id, role, content, created) VALUES (1, 'user', 'hi', 1)")
+    db.commit()
+    db.close()
+    with ChatStore(path) as store:
+        (conv,) = store.conversations()
+        (msg,) = store.messages(conv.id)
+        assert (msg.content, msg.draft_spans) == ("hi", [])
+        answer = store.begin_answer(conv.id)
+        store.update_answer(answer.id, "abcdef", draft_spans=[[0, 3]])
+        store.update_answer(answer.id, "abcdefgh")  # spans not given: kept
+        assert store.message(answer.id).draft_spans == [[0, 3]]
+        exported = store.export_json()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    with ChatStore(tmp_path / "other.sqlite3") as other:
+        other.import_json(exported)
+        (conv,) = other.conversations()
+        assert other.messages(conv.id)[-1].draft_spans == [[0, 3]]

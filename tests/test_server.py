@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -225,6 +226,23 @@ def test_what_the_model_cannot_do_is_refused(
     # an empty suffix (nothing after the gap) and tool_choice "none" leave plain requests
     fine = {**body, "max_tokens": 2, "suffix": "", "tool_choice": "none"}
     assert httpx.post(f"{server.url}{path}", json=fine, timeout=60).status_code == 200
+
+
+ONE_PIXEL_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def test_an_image_for_a_model_without_vision_is_refused_by_name(server: EngineServer) -> None:
+    png = "data:image/png;base64," + base64.b64encode(ONE_PIXEL_PNG).decode()
+    parts = [{"type": "text", "text": "What is in it?"}, {"type": "image_url", "image_url": {"url": png}}]
+    body = {"messages": [{"role": "user", "content": parts}], "max_tokens": 2}
+    response = httpx.post(f"{server.url}{CHAT}", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    assert error_code(response) == "model_has_no_vision"
+    assert response.json()["error"]["param"] == "messages[0].content[1]"
+    text_only = {"messages": [{"role": "user", "content": parts[:1]}], "max_tokens": 2}
+    assert httpx.post(f"{server.url}{CHAT}", json=text_only, timeout=60).status_code == 200
 
 
 def test_a_foreign_host_header_is_refused(server: EngineServer) -> None:

@@ -277,12 +277,32 @@ def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 
+def refuse_images(messages: list[dict[str, Any]], props: dict[str, Any] | None) -> None:
+    """An image part sent to a model that cannot see is refused by name, never silently dropped."""
+    if props is not None and props.get("vision"):
+        return
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
+                raise APIError(
+                    400,
+                    "the loaded model has no vision: it cannot read images (load a vision model with its "
+                    "projector, or ask without the image)",
+                    "model_has_no_vision",
+                    f"messages[{i}].content[{j}]",
+                )
+
+
 # --- routes -----------------------------------------------------------------------------------------
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     state = _state(request)
     body = parse_body(ChatCompletionRequest, await read_body(request))
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    refuse_images(messages, state.worker.props)
     tools = body.template_tools
     prefill = forced_prefill(body.tool_choice) if tools else ""
     job = make_job(state, body, messages=messages, tools=tools, prefill=prefill)

@@ -10,6 +10,8 @@ whose source cannot be found verbatim (escapes, entities) is simply left unmarke
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import time
 from collections.abc import Sequence
@@ -23,8 +25,15 @@ from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import (
+    QDesktopServices,
+    QGuiApplication,
+    QImage,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+)
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -34,6 +43,7 @@ INLINE_CODE_BACKGROUND = "#eff1f3"
 CODE_FONT = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
 PLACEHOLDER = "<p><i>Start a conversation: type below and press Send.</i></p>"
 TITLE_MARGIN_PX = 8
+THUMBNAIL_PX = 160  # images sent with a question are shown this high at most
 AT_BOTTOM_PX = 4  # a scroll bar this close to its end counts as "following the answer"
 
 Spans = Sequence[Sequence[int]]
@@ -81,6 +91,7 @@ class Transcript(QTextBrowser):
         self._shown: list[str] = []  # each message's HTML, as the document holds it
         self._tail_start: int | None = None  # where the last message begins in the document
         self._code: dict[str, str] = {}
+        self._images: dict[str, QImage] = {}  # thumbnails of the images sent with questions
         self.last_render_ms = 0.0  # what the last show_messages took
         self.setHtml(PLACEHOLDER)
 
@@ -154,7 +165,8 @@ class Transcript(QTextBrowser):
         status = str(message.get("status") or "complete")
         stats = str(message.get("stats") or "")
         spans = tuple(tuple(s) for s in message.get("draft_spans") or ()) if highlight else ()
-        key = (role, content, status, stats, spans)
+        images = tuple(message.get("images") or ())
+        key = (role, content, status, stats, spans, images)
         if index < len(self._cache) and self._cache[index].key == key:
             return self._cache[index].html
         md = self._question_md if role == "user" else self._answer_md
@@ -169,12 +181,32 @@ class Transcript(QTextBrowser):
             state = f" <i>({html.escape(status)})</i>"
         footer = f'<p style="color:#6a737d;"><i>{html.escape(stats)}</i></p>' if stats else ""
         head = f'<p style="margin-top:{TITLE_MARGIN_PX}px; margin-bottom:{TITLE_MARGIN_PX}px;">'
-        rendered = _Rendered(key, f"{head}<b>{title}</b>{state}</p>{body}{footer}", code)
+        pictures = "".join(self._image_html(uri) for uri in images)
+        if pictures:
+            pictures = f"<p>{pictures}</p>"
+        rendered = _Rendered(key, f"{head}<b>{title}</b>{state}</p>{pictures}{body}{footer}", code)
         if index < len(self._cache):
             self._cache[index] = rendered
         else:
             self._cache.append(rendered)
         return rendered.html
+
+    def _image_html(self, uri: str) -> str:
+        """A thumbnail of a data-URI image, named by its hash (`loadResource` hands it to the document)."""
+        name = f"image:{hashlib.sha1(uri.encode()).hexdigest()}"
+        if name not in self._images:
+            image = QImage.fromData(base64.b64decode(uri.partition(",")[2]))
+            if image.isNull():
+                return "<i>(an image that could not be read)</i> "
+            if image.height() > THUMBNAIL_PX:
+                image = image.scaledToHeight(THUMBNAIL_PX, Qt.TransformationMode.SmoothTransformation)
+            self._images[name] = image
+        return f'<img src="{name}"/> '
+
+    def loadResource(self, kind: int, url: QUrl) -> Any:
+        if url.scheme() == "image" and url.toString() in self._images:
+            return self._images[url.toString()]
+        return super().loadResource(kind, url)
 
     def _clicked(self, url: QUrl) -> None:
         if url.scheme() == "copy":

@@ -1,0 +1,154 @@
+"""The question box: text, images dropped or pasted in (PNG, JPEG, WebP), and a count of the context.
+
+An image is kept as the bytes the user gave, checked by what they are (not by the file name) and sent as
+a data URI; a thumbnail with a remove button shows what goes with the question.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from PySide6.QtCore import QBuffer, QByteArray, QMimeData, QSize, Qt, Signal
+from PySide6.QtGui import QImage, QImageReader, QPixmap
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
+
+IMAGE_FORMATS = {b"png": "image/png", b"jpeg": "image/jpeg", b"webp": "image/webp"}
+MAX_IMAGE_BYTES = 20 * 2**20
+MAX_IMAGES = 4
+THUMB = 72
+
+
+class ImageRefused(ValueError):
+    """Not an image the engine takes (format, size, count): the message says which and why."""
+
+
+def image_data_uri(data: bytes, name: str = "the image") -> str:
+    """`data` as a data URI, after checking it is a whole PNG, JPEG or WebP image of a sane size."""
+    if len(data) > MAX_IMAGE_BYTES:
+        limit = MAX_IMAGE_BYTES // 2**20
+        raise ImageRefused(f"{name} is {len(data) / 2**20:.1f} MiB; images up to {limit} MiB are taken")
+    buf = QBuffer()
+    buf.setData(QByteArray(data))
+    buf.open(QBuffer.OpenModeFlag.ReadOnly)
+    reader = QImageReader(buf)
+    fmt = bytes(reader.format().data())
+    if fmt not in IMAGE_FORMATS:
+        kind = fmt.decode() or "not an image"
+        raise ImageRefused(f"{name}: {kind}; PNG, JPEG and WebP images are taken")
+    if reader.read().isNull():
+        raise ImageRefused(f"{name} could not be read: {reader.errorString()}")
+    return f"data:{IMAGE_FORMATS[fmt]};base64,{base64.b64encode(data).decode()}"
+
+
+def image_from_data_uri(uri: str) -> QImage:
+    return QImage.fromData(base64.b64decode(uri.partition(",")[2]))
+
+
+def _png(image: QImage) -> bytes:
+    buf = QBuffer()
+    buf.open(QBuffer.OpenModeFlag.WriteOnly)
+    image.save(buf, "PNG")
+    return bytes(buf.data().data())
+
+
+class QuestionEdit(QPlainTextEdit):
+    """Plain text, plus images from drops and pastes (files, or image data such as a screenshot)."""
+
+    imagesGiven = Signal(list)  # [(bytes, name)]
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return source.hasImage() or source.hasUrls() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        files = [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
+        if files:
+            given = []
+            for f in files:
+                try:
+                    given.append((Path(f).read_bytes(), Path(f).name))
+                except OSError as exc:
+                    given.append((b"", f"{Path(f).name} ({exc.strerror})"))
+            self.imagesGiven.emit(given)
+        elif source.hasImage():
+            self.imagesGiven.emit([(_png(QImage(source.imageData())), "the pasted image")])
+        else:
+            super().insertFromMimeData(source)
+
+
+class Composer(QWidget):
+    """The question, its images and the context count; `refused` says why an image was not taken."""
+
+    refused = Signal(str)
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.edit = QuestionEdit(placeholderText="Ask anything (Ctrl+Enter sends; drop or paste images)")
+        self.edit.setMaximumHeight(120)
+        self.edit.imagesGiven.connect(self.add_images)
+        self.edit.textChanged.connect(self.changed)
+        self.images: list[str] = []
+        self._thumbs = QHBoxLayout()
+        self._thumbs.setContentsMargins(0, 0, 0, 0)
+        self._thumb_row = QWidget()
+        self._thumb_row.setLayout(self._thumbs)
+        self._thumb_row.hide()
+        self.count = QLabel("")
+        self.count.setObjectName("context-count")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self._thumb_row)
+        layout.addWidget(self.edit)
+
+    # the text box's own API, for callers that treat the composer as the input
+    def toPlainText(self) -> str:
+        return self.edit.toPlainText()
+
+    def setPlainText(self, text: str) -> None:
+        self.edit.setPlainText(text)
+
+    def clear(self) -> None:
+        self.edit.clear()
+        self.set_images([])
+
+    def setFocus(self) -> None:
+        self.edit.setFocus()
+
+    def add_images(self, given: list[tuple[bytes, str]]) -> None:
+        for data, name in given:
+            if len(self.images) >= MAX_IMAGES:
+                self.refused.emit(f"At most {MAX_IMAGES} images go with one question.")
+                break
+            try:
+                self.images.append(image_data_uri(data, name))
+            except ImageRefused as exc:
+                self.refused.emit(str(exc))
+        self._show_thumbs()
+
+    def add_image_file(self, path: str | Path) -> None:
+        self.add_images([(Path(path).read_bytes(), Path(path).name)])
+
+    def set_images(self, images: list[str]) -> None:
+        self.images = list(images)
+        self._show_thumbs()
+
+    def remove_image(self, index: int) -> None:
+        del self.images[index]
+        self._show_thumbs()
+
+    def _show_thumbs(self) -> None:
+        while (item := self._thumbs.takeAt(0)) is not None:
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        for i, uri in enumerate(self.images):
+            button = QToolButton()
+            button.setIconSize(QSize(THUMB, THUMB))
+            pix = QPixmap.fromImage(image_from_data_uri(uri))
+            button.setIcon(pix.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio))
+            button.setToolTip("Remove this image")
+            button.clicked.connect(lambda _=False, i=i: self.remove_image(i))
+            self._thumbs.addWidget(button)
+        self._thumbs.addStretch(1)
+        self._thumb_row.setVisible(bool(self.images))
+        self.changed.emit()
