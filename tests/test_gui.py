@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PySide6.QtGui import QColor, QImage
+from PySide6.QtWidgets import QSystemTrayIcon
 from pytestqt.qtbot import QtBot
 
 from app.chats import ChatStore
 from app.services.api_server import ApiKeys
 from app.services.engine import READY
 from app.ui.main_window import MainWindow
+from app.ui.transcript import DRAFT_BACKGROUND
 
 START_MS = 120_000
 ANSWER_MS = 120_000
@@ -281,3 +284,59 @@ def test_the_devices_panel_lists_what_was_found_and_restarts_the_engine_on_a_cho
     # each answer carries its speed and speculation figures, in the transcript and the status bar
     assert "tok/s" in window.transcript.toPlainText()
     assert "tokens" in window.stats_label.text()
+
+
+def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_the_library(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path, tmp_path: Path
+) -> None:
+    window = _window(qtbot, store, gemma_path, max_tokens=64)
+    code = "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n"
+    assert _ask(qtbot, window, f"Repeat this code exactly:\n```python\n{code}```") == "complete"
+    answer = store.messages(window.current)[-1]
+    assert answer.draft_spans  # stored with the answer: text the target took from n-gram drafts
+    assert all(0 <= a < b <= len(answer.content) for a, b in answer.draft_spans)
+    assert DRAFT_BACKGROUND not in window.transcript.toHtml()
+    window.highlight_drafts.setChecked(True)
+    assert DRAFT_BACKGROUND in window.transcript.toHtml()
+    # the engine's count of the exchange, against the context the engine reported
+    assert "of 2,048 tokens" in window.input.count.text()
+    assert not window.input.count.text().startswith("context: 0 ")
+
+    picture = QImage(32, 24, QImage.Format.Format_RGB32)
+    picture.fill(QColor("red"))
+    png = tmp_path / "red.png"
+    assert picture.save(str(png))
+    not_an_image = tmp_path / "notes.png"
+    not_an_image.write_text("just text")
+    refusals: list[str] = []
+    window.input.refused.connect(refusals.append)
+    window.input.add_image_file(not_an_image)
+    assert len(refusals) == 1
+    assert "notes.png" in refusals[0]
+    assert window.input.images == []
+    window.input.add_image_file(png)
+    assert window.input.images[0].startswith("data:image/png;base64,")
+    before = store.messages(window.current)
+    window.input.setPlainText("What colour is this?")
+    window.send_button.click()
+    assert "has no vision" in window.banner.text()  # gemma-3-270m reads no images
+    assert store.messages(window.current) == before  # nothing sent, nothing stored
+    assert window.input.images  # the question and its image stay in the box
+
+    # the tray option needs a system tray; without one it says so and stays off
+    window.keep_serving.setChecked(True)
+    assert window.keep_serving.isChecked() == QSystemTrayIcon.isSystemTrayAvailable()
+
+    # a pair loaded from the model library (no restart) is what a later restart starts
+    panel = window.library_panel
+    panel.show()
+    with qtbot.waitSignal(panel.local.scanned, timeout=60_000):
+        panel.import_file(gemma_path)  # registered where it is
+    panel.choose(gemma_path.resolve(), "ngram")
+    qtbot.waitUntil(lambda: panel.use_button.isEnabled(), timeout=60_000)
+    with qtbot.waitSignal(panel.pairLoaded, timeout=START_MS):
+        panel.use_pair()
+    assert window.engine_args[:2] == ["--target", str(gemma_path.resolve())]
+    assert "--ngram" in window.engine_args
+    window.keep_serving.setChecked(False)
+    window.close()

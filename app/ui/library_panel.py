@@ -82,6 +82,9 @@ class LibraryPanel(QDockWidget):
         self.fit_scan.failed.connect(lambda message: self.machine.setText(f"Fit unknown: {message}"))
         self.verdict: Verdict | None = None
         self.load_stream: LoadStream | None = None
+        # (target, drafter or None, n-gram) being loaded, and the last one loaded
+        self._loading: tuple[str, str | None, bool] = ("", None, False)
+        self.loaded: tuple[str, str | None, bool] | None = None
         self._jobs: set[Background] = set()
         self._engine_up = False
         self._wanted: dict[str, str] | None = None  # paths to choose once the library scan shows them
@@ -337,6 +340,7 @@ class LibraryPanel(QDockWidget):
             return
         draft = drafter if drafter not in (NGRAM, NO_DRAFT) else None
         stream = load_pair(self.client, target, draft, ngram=drafter == NGRAM, parent=self)
+        self._loading = (str(target), draft, drafter == NGRAM)
         stream.stage.connect(lambda name: self.load_state.setText(f"Loading {Path(target).name}: {name}…"))
         stream.done.connect(self._loaded)
         stream.failed.connect(self._load_failed)
@@ -347,6 +351,7 @@ class LibraryPanel(QDockWidget):
 
     def _loaded(self, ready: dict) -> None:
         self._end_load()
+        self.loaded = self._loading
         draft = {"ngram": "n-gram lookup", "model": "a drafter model"}.get(str(ready.get("draft")), "none")
         self.load_state.setText(
             f"Loaded {ready.get('model', '?')} (context {ready.get('context_length', '?')}, drafts: {draft})."

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDockWidget,
     QHBoxLayout,
@@ -26,25 +26,30 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
-    QTextBrowser,
+    QSystemTrayIcon,
     QVBoxLayout,
     QWidget,
 )
 
+from app import hub
 from app.chats import ChatStore, Message, trim_to_context
+from app.config import load_settings
 from app.hub import FileSpec, Progress
 from app.services.api_server import ApiKeys
 from app.services.client import ChatStream, EngineClient
 from app.services.downloads import DownloadTask
 from app.services.engine import CRASHED, READY, EngineProcess
 from app.ui.api_panel import ApiServerPanel
+from app.ui.composer import Composer
 from app.ui.devices_panel import DevicesPanel
+from app.ui.dialogs import ConversationSettingsDialog, DataActions, SettingsDialog
+from app.ui.library_panel import LibraryPanel
+from app.ui.transcript import Transcript, add_piece
 
 SAVE_EVERY_MS = 300  # a streaming answer reaches the store at least this often
 RENDER_EVERY_MS = 50
 CRASH_GRACE_MS = 1500
 CHARS_PER_TOKEN = 3  # a conservative estimate for trimming history before the engine counts exactly
-ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 
 class MainWindow(QMainWindow):
@@ -69,6 +74,8 @@ class MainWindow(QMainWindow):
         self._stream: ChatStream | None = None
         self._answer: Message | None = None
         self._answer_text = ""
+        self._answer_spans: list[list[int]] = []  # of the answer in flight: text from accepted drafts
+        self._context_used = 0  # tokens the last answer's prompt and answer took (the engine's count)
         self.engine = EngineProcess(self)
         self.client = EngineClient(self)
         self.setWindowTitle("Foresight")
@@ -76,6 +83,19 @@ class MainWindow(QMainWindow):
         self.api_panel = ApiServerPanel(self.client, api_keys or ApiKeys(), api_port, self)
         self.devices_panel = DevicesPanel(self.client, _arg(engine_args, "--device") or "auto", self)
         self.devices_panel.deviceChosen.connect(self.use_device)
+        models = load_settings().models
+        self.library_panel = LibraryPanel(
+            self.client,
+            models.folder(),
+            catalog=Path(models.catalog).expanduser() if models.catalog else None,
+            token=hub.TokenStore().resolve(),
+            include_hf_cache=models.hf_cache,
+            parent=self,
+        )
+        self.library_panel.pairLoaded.connect(self._pair_loaded)
+        self.tray: QSystemTrayIcon | None = None
+        self.vision = False  # whether the loaded model reads images (the engine's /props says)
+        self._quitting = False
         self._build()
         self.engine.stateChanged.connect(self._engine_state)
         self.engine.ready.connect(self._engine_ready)
@@ -124,9 +144,10 @@ class MainWindow(QMainWindow):
         self.banner_row = banner_row
         banner_row.hide()
 
-        self.transcript = QTextBrowser(openExternalLinks=True)
-        self.input = QPlainTextEdit(placeholderText="Ask anything (Ctrl+Enter sends)")
-        self.input.setMaximumHeight(120)
+        self.transcript = Transcript()
+        self.input = Composer()
+        self.input.refused.connect(lambda why: self.statusBar().showMessage(why, 8000))
+        self.input.changed.connect(self._show_context)
         self.send_button = QPushButton("Send")
         self.send_button.clicked.connect(self.send)
         self.stop_button = QPushButton("Stop")
@@ -140,6 +161,7 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_conversation)
         QShortcut(QKeySequence("Esc"), self, activated=self.stop)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.input.count)
         buttons.addStretch(1)
         for b in (self.edit_button, self.regenerate_button, self.stop_button, self.send_button):
             buttons.addWidget(b)
@@ -164,13 +186,38 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.devices_panel)
         self.devices_panel.hide()
         self.devices_panel.visibilityChanged.connect(self._devices_shown)
+        file_menu = self.menuBar().addMenu("&File")
+        self.data_actions = DataActions(self.store, self, lambda: self.current)
+        self.data_actions.add_to_menu(file_menu)
+        self.data_actions.storeChanged.connect(self.refresh_conversations)
+        self.data_actions.deletedAll.connect(self._all_deleted)
+        file_menu.addSeparator()
+        file_menu.addAction("&Settings…", self.edit_settings)
+        self.keep_serving = QAction("&Keep the API serving when the window closes", self, checkable=True)
+        self.keep_serving.setToolTip(
+            "Closing the window leaves Foresight in the system tray; quit from there"
+        )
+        self.keep_serving.toggled.connect(self._keep_serving_toggled)
+        file_menu.addAction(self.keep_serving)
+        file_menu.addAction("&Quit", self.quit, QKeySequence.StandardKey.Quit)
         view = self.menuBar().addMenu("&View")
+        self.highlight_drafts = QAction("&Highlight accepted drafts", self, checkable=True)
+        self.highlight_drafts.setToolTip("Mark the text the target took from drafts, not from its own steps")
+        self.highlight_drafts.toggled.connect(self._render)
+        view.addAction(self.highlight_drafts)
+        view.addSeparator()
         api_action = self.api_panel.toggleViewAction()
         api_action.setText("Local &API server")
         view.addAction(api_action)
         devices_action = self.devices_panel.toggleViewAction()
         devices_action.setText("&Devices")
         view.addAction(devices_action)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.library_panel)
+        self.library_panel.hide()
+        self.library_panel.visibilityChanged.connect(self._library_shown)
+        library_action = self.library_panel.toggleViewAction()
+        library_action.setText("Model &library")
+        view.addAction(library_action)
         self.log_view = QPlainTextEdit(readOnly=True)
         self.log_view.setMaximumBlockCount(self.engine.log.maxlen or 2000)
         self.engine.logLine.connect(self.log_view.appendPlainText)
@@ -197,6 +244,7 @@ class MainWindow(QMainWindow):
         if state != READY:
             self.api_panel.engine_stopped()
             self.devices_panel.engine_stopped()
+            self.library_panel.engine_stopped()
         self._update_buttons()
 
     def _engine_ready(self, port: int) -> None:
@@ -204,7 +252,40 @@ class MainWindow(QMainWindow):
         self.banner_row.hide()
         self.api_panel.engine_ready()
         self.devices_panel.engine_ready()
+        self.library_panel.engine_ready()
+        reply = self.client.get_json("/props")
+        reply.done.connect(self._props)
         self._update_buttons()
+
+    def _props(self, props: dict) -> None:
+        self.n_ctx = int(props.get("target", {}).get("n_ctx") or self.n_ctx)
+        self.vision = bool(props.get("vision"))
+        self._show_context()
+
+    def _library_shown(self, visible: bool) -> None:
+        panel = self.library_panel
+        if visible and not panel.catalog.fits and not panel.fit_scan.running:
+            panel.start_scan()
+            panel.refresh()
+
+    def _pair_loaded(self, ready: dict) -> None:
+        """A pair loaded through the library: a restart of the engine (after a crash) keeps it."""
+        if self.library_panel.loaded is None:
+            return
+        target, draft, ngram = self.library_panel.loaded
+        args = [
+            a for a in _without(self.engine_args, "--target", "--draft") if a not in ("--ngram", "--no-draft")
+        ]
+        args = [
+            "--target",
+            target,
+            *(["--draft", draft] if draft else ["--ngram"] if ngram else ["--no-draft"]),
+            *args,
+        ]
+        self.engine_args = args
+        self.n_ctx = int(ready.get("context_length") or self.n_ctx)
+        self.engine_label.setText(f"engine: ready, {ready.get('model', '?')}")
+        self._show_context()
 
     def _devices_shown(self, visible: bool) -> None:
         if visible and not self.devices_panel.devices and not self.devices_panel.scan.running:
@@ -299,6 +380,7 @@ class MainWindow(QMainWindow):
         conversation_id = int(item.data(Qt.ItemDataRole.UserRole))
         menu = QMenu(self)
         menu.addAction("Rename…", lambda: self._ask_rename(conversation_id))
+        menu.addAction("Settings…", lambda: self.edit_conversation_settings(conversation_id))
         menu.addAction("Delete…", lambda: self._ask_delete(conversation_id))
         menu.popup(self.conversation_list.viewport().mapToGlobal(pos))
 
@@ -355,16 +437,25 @@ class MainWindow(QMainWindow):
 
     def send(self, text: str | None = None) -> None:
         text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
-        if not text or self._stream is not None or self.engine.state != READY:
+        images = list(self.input.images)
+        if not (text or images) or self._stream is not None or self.engine.state != READY:
+            return
+        if images and not self.vision:
+            self._show_banner(
+                "The loaded model has no vision: it cannot read images. Load a vision model from the model "
+                "library, or remove the images to ask without them.",
+                restart=False,
+            )
             return
         if self._editing is not None and self.current is not None:
             self.store.truncate_from(self._editing)
             self._stop_editing()
+        title = _title(text or "Image question")
         if self.current is None:
-            self.current = self.store.create_conversation(_title(text)).id
+            self.current = self.store.create_conversation(title).id
         elif not self.store.messages(self.current):
-            self.store.update_conversation(self.current, title=_title(text))
-        self.store.add_message(self.current, "user", text)
+            self.store.update_conversation(self.current, title=title)
+        self.store.add_message(self.current, "user", text, images=images)
         self.input.clear()
         self.refresh_conversations()
         self._ask()
@@ -381,6 +472,7 @@ class MainWindow(QMainWindow):
             return
         self._editing = question
         self.input.setPlainText(self.store.message(question).content)
+        self.input.set_images(self.store.message(question).images)
         self.input.setFocus()
         self.send_button.setText("Resend")
         self.statusBar().showMessage("Editing your last question: Resend replaces it and its answer.")
@@ -407,14 +499,16 @@ class MainWindow(QMainWindow):
         assert self.current is not None
         conv = self.store.conversation(self.current)
         history = [
-            {"role": m.role, "content": m.content} for m in self.store.messages(self.current) if m.content
+            {"role": m.role, "content": _content(m)}
+            for m in self.store.messages(self.current)
+            if m.content or m.images
         ]
         if conv.system_prompt:
             history.insert(0, {"role": "system", "content": conv.system_prompt})
         budget = max(256, self.n_ctx - int(self.sampling.get("max_tokens") or 0))
 
         def estimate(ms: list[dict[str, Any]]) -> int:
-            return sum(len(m["content"]) for m in ms) // CHARS_PER_TOKEN + 4 * len(ms)
+            return sum(len(_text(m["content"])) for m in ms) // CHARS_PER_TOKEN + 4 * len(ms)
 
         sent, dropped = trim_to_context(history, estimate, budget)
         self.statusBar().showMessage(
@@ -424,16 +518,18 @@ class MainWindow(QMainWindow):
         )
         self._answer = self.store.begin_answer(self.current)
         self._answer_text = ""
+        self._answer_spans = []
         params = {**conv.settings, **{k: v for k, v in self.sampling.items() if k not in conv.settings}}
         self._stream = self.client.stream_chat(sent, **params)
-        self._stream.delta.connect(self._on_delta)
+        self._stream.piece.connect(self._on_piece)
         self._stream.finished.connect(self._on_finished)
         self._stream.failed.connect(self._on_failed)
         self._save_timer.start()
         self._render()
         self._update_buttons()
 
-    def _on_delta(self, text: str) -> None:
+    def _on_piece(self, text: str, flags: list) -> None:
+        add_piece(self._answer_spans, len(self._answer_text), text, flags)
         self._answer_text += text
         if not self._render_timer.isActive():
             self._render_timer.start()
@@ -459,13 +555,17 @@ class MainWindow(QMainWindow):
     def _end_answer(self, status: str, usage: dict | None = None) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
-            for signal in (stream.delta, stream.finished, stream.failed):
+            for signal in (stream.piece, stream.finished, stream.failed):
                 signal.disconnect()
             stream.abort()
         self._save_timer.stop()
         if self._answer is not None:
             self.store.update_answer(
-                self._answer.id, self._answer_text, status, (usage or {}).get("speculative")
+                self._answer.id,
+                self._answer_text,
+                status,
+                (usage or {}).get("speculative"),
+                self._answer_spans,
             )
         self._answer = None
         self._show_stats(usage or {})
@@ -475,31 +575,44 @@ class MainWindow(QMainWindow):
 
     def _save_partial(self) -> None:
         if self._answer is not None:
-            self.store.update_answer(self._answer.id, self._answer_text)
+            self.store.update_answer(self._answer.id, self._answer_text, draft_spans=self._answer_spans)
 
     def _show_stats(self, usage: dict) -> None:
         if usage:
             self.stats_label.setText(stats_line(usage.get("speculative") or {}))
+            self._context_used = int(usage.get("total_tokens") or 0)
+            self._show_context()
+
+    def _show_context(self) -> None:
+        """The context count: the last exchange as the engine counted it, plus an estimate of the draft."""
+        typed = len(self.input.toPlainText()) // CHARS_PER_TOKEN
+        used = self._context_used + typed
+        self.input.count.setText(
+            f"context: {used:,} of {self.n_ctx:,} tokens" + (" (estimate)" if typed else "")
+        )
+        self.input.count.setStyleSheet("color: #b00020;" if used > self.n_ctx * 0.9 else "")
 
     # --- rendering ---------------------------------------------------------------------------
 
     def _render(self) -> None:
         if self.current is None:
-            self.transcript.setMarkdown("*Start a conversation: type below and press Send.*")
+            self.transcript.show_messages([])
             return
-        parts = []
-        for m in self.store.messages(self.current):
-            text = self._answer_text if self._answer is not None and m.id == self._answer.id else m.content
-            state = "" if m.status == "complete" else f" *({m.status})*"
-            if self._answer is not None and m.id == self._answer.id:
-                state = " *(writing...)*"
-            if m.role == "user":  # what was typed, line by line (Markdown would join the lines)
-                text = text.replace("\n", "  \n")
-            footer = f"\n*{stats_line(m.stats)}*\n" if m.role == "assistant" and m.stats else ""
-            parts.append(f"**{ROLE_TITLES.get(m.role, m.role)}**{state}\n\n{text}\n{footer}")
-        self.transcript.setMarkdown("\n---\n\n".join(parts))
-        bar = self.transcript.verticalScrollBar()
-        bar.setValue(bar.maximum())
+        live = self._answer.id if self._answer is not None else None
+        shown = [
+            {
+                "role": m.role,
+                "content": self._answer_text if m.id == live else m.content,
+                "status": m.status,
+                "stats": stats_line(m.stats) if m.role == "assistant" and m.stats else "",
+                "draft_spans": self._answer_spans if m.id == live else m.draft_spans,
+                "images": m.images,
+            }
+            for m in self.store.messages(self.current)
+        ]
+        self.transcript.show_messages(shown, self.highlight_drafts.isChecked())
+        # a long answer costs more to lay out: render it less often rather than stall the window
+        self._render_timer.setInterval(max(RENDER_EVERY_MS, int(4 * self.transcript.last_render_ms)))
 
     def _update_buttons(self) -> None:
         ready = self.engine.state == READY
@@ -510,8 +623,71 @@ class MainWindow(QMainWindow):
         self.edit_button.setEnabled(not busy and self._last_question() is not None)
         self.new_button.setEnabled(not busy)
         self.conversation_list.setEnabled(not busy)
+        self.data_actions.delete_all_action.setEnabled(not busy)
+        self.data_actions.import_action.setEnabled(not busy)
+
+    # --- settings, data, tray ----------------------------------------------------------------
+
+    def edit_conversation_settings(self, conversation_id: int) -> ConversationSettingsDialog:
+        dialog = ConversationSettingsDialog(self.store, conversation_id, defaults=self.sampling, parent=self)
+        dialog.open()
+        return dialog
+
+    def edit_settings(self) -> SettingsDialog:
+        dialog = SettingsDialog(parent=self)
+        dialog.accepted.connect(lambda: self._settings_saved(dialog))
+        dialog.open()
+        return dialog
+
+    def _settings_saved(self, dialog: SettingsDialog) -> None:
+        saved = dialog.saved
+        self.sampling.update(temperature=saved.sampling.temperature, max_tokens=saved.sampling.max_tokens)
+        if dialog.restart_needed:
+            self._show_banner("Settings saved. Restart the engine to use them.", restart=True)
+
+    def _all_deleted(self) -> None:
+        self.current = None
+        self._stop_editing()
+        self._context_used = 0
+        self.refresh_conversations()
+        self._render()
+        self._update_buttons()
+
+    def _keep_serving_toggled(self, on: bool) -> None:
+        if on and self.tray is None:
+            if not QSystemTrayIcon.isSystemTrayAvailable():
+                self.keep_serving.setChecked(False)
+                self.statusBar().showMessage(
+                    "This desktop has no system tray: closing the window quits.", 8000
+                )
+                return
+            self.tray = QSystemTrayIcon(self.windowIcon(), self)
+            self.tray.setToolTip("Foresight")
+            menu = QMenu(self)
+            menu.addAction("Show Foresight", self._show_window)
+            menu.addAction("Quit", self.quit)
+            self.tray.setContextMenu(menu)
+            self.tray.activated.connect(lambda _reason: self._show_window())
+        if self.tray is not None:
+            self.tray.setVisible(on)
+
+    def _show_window(self) -> None:
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
+    def quit(self) -> None:
+        self._quitting = True
+        self.close()
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if self.keep_serving.isChecked() and not self._quitting and self.engine.state == READY:
+            # the engine (and its API listener) keeps running; the tray brings the window back
+            self.hide()
+            event.ignore()
+            return
+        if self.tray is not None:
+            self.tray.hide()
         task = getattr(self, "download_task", None)
         if task is not None and task.running:
             task.pause()  # the .part file stays; the next start resumes it
@@ -559,6 +735,33 @@ def _with_arg(args: list[str], flag: str, value: str) -> list[str]:
             continue
         out.append(a)
     return [*out, flag, value]
+
+
+def _content(m: Message) -> Any:
+    """A stored message as the API takes it: text, or text and images as parts."""
+    if not m.images:
+        return m.content
+    parts: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    return parts + [{"type": "image_url", "image_url": {"url": uri}} for uri in m.images]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+def _without(args: list[str], *flags: str) -> list[str]:
+    """`args` less each of `flags` and its value."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in flags:
+            skip = True
+        elif not any(a.startswith(f + "=") for f in flags):
+            out.append(a)
+    return out
 
 
 def _title(text: str) -> str:
