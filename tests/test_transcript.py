@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QObject, Qt, QUrl, Slot
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor
+from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QPalette, QTextCursor
 from pytestqt.qtbot import QtBot
 
 from app.services.client import EngineClient
 from app.services.engine import EngineProcess
-from app.ui.transcript import DRAFT_BACKGROUND, Transcript, add_piece
+from app.ui.transcript import DARK, DRAFT_BACKGROUND, LIGHT, Transcript, add_piece
 
 CODE = 'def add(a: int, b: int) -> int:\n    """Sum."""\n    return a + b'
 ANSWER = f"Here it is:\n\n```python\n{CODE}\n```\n\n- one **bold** item\n- see [the docs](https://example.com/docs)\n"
@@ -223,3 +223,20 @@ def test_a_real_engine_flags_the_pieces_that_came_from_accepted_drafts(
     assert all(0 <= s < e <= len(text) for s, e in spans)
     transcript.show_messages([{"role": "assistant", "content": text, "draft_spans": spans}], True)
     assert DRAFT_BACKGROUND in transcript.toHtml()
+
+
+def test_a_dark_palette_gives_dark_code_and_draft_colours(qtbot: QtBot) -> None:
+    transcript = Transcript()
+    qtbot.addWidget(transcript)
+    message = {"role": "assistant", "content": "Drafted.\n\n```python\nx = 1\n```", "draft_spans": [[0, 8]]}
+    transcript.show_messages([message], highlight_drafts=True)
+    assert LIGHT.draft in transcript.toHtml()
+    dark = QPalette(transcript.palette())
+    dark.setColor(QPalette.ColorRole.Base, QColor("#1e1e1e"))
+    dark.setColor(QPalette.ColorRole.Text, QColor("#dddddd"))
+    transcript.setPalette(dark)  # what a switch of the system to dark mode does to the widget
+    html = transcript.toHtml()
+    assert DARK.draft in html
+    assert LIGHT.draft not in html
+    transcript.setPalette(QPalette())
+    assert LIGHT.draft in transcript.toHtml()

@@ -25,11 +25,12 @@ from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
-from PySide6.QtCore import Qt, QUrl
+from PySide6.QtCore import QEvent, Qt, QUrl
 from PySide6.QtGui import (
     QDesktopServices,
     QGuiApplication,
     QImage,
+    QPalette,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
@@ -37,9 +38,20 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
-DRAFT_BACKGROUND = "#d8f0d2"  # accepted-draft text: a pale green under the usual colours
-CODE_STYLE = "default"  # the Pygments style; its own background frames the code
-INLINE_CODE_BACKGROUND = "#eff1f3"
+
+
+@dataclass(frozen=True)
+class Theme:
+    draft: str  # accepted-draft text: a green under the usual colours
+    code_style: str  # the Pygments style; its own background frames the code
+    inline_code: str
+    muted: str  # stats lines, code block labels
+
+
+LIGHT = Theme("#d8f0d2", "default", "#eff1f3", "#6a737d")
+DARK = Theme("#23472b", "monokai", "#2d333b", "#9aa4ae")
+DRAFT_BACKGROUND = LIGHT.draft
+_theme = LIGHT  # follows the application's palette (Transcript.changeEvent)
 CODE_FONT = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
 PLACEHOLDER = "<p><i>Start a conversation: type below and press Send.</i></p>"
 TITLE_MARGIN_PX = 8
@@ -93,7 +105,22 @@ class Transcript(QTextBrowser):
         self._code: dict[str, str] = {}
         self._images: dict[str, QImage] = {}  # thumbnails of the images sent with questions
         self.last_render_ms = 0.0  # what the last show_messages took
+        self._last: tuple[Sequence[dict[str, Any]], bool] = ((), False)
         self.setHtml(PLACEHOLDER)
+        self._follow_palette()
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:  # the system went light or dark
+            self._follow_palette()
+        super().changeEvent(event)
+
+    def _follow_palette(self) -> None:
+        global _theme
+        theme = DARK if self.palette().color(QPalette.ColorRole.Base).lightness() < 128 else LIGHT
+        if theme is not _theme:
+            _theme = theme
+            self._cache, self._shown, self._tail_start = [], [], None
+            self.show_messages(*self._last)
 
     def show_messages(self, messages: Sequence[dict[str, Any]], highlight_drafts: bool = False) -> None:
         """Show `messages`: dicts with role, content, and optionally status ("complete" shows nothing;
@@ -101,6 +128,7 @@ class Transcript(QTextBrowser):
         ([start, end) character ranges of content that came from accepted drafts, shown when
         `highlight_drafts`). Scrolled to the end, the view follows new text; scrolled up, it stays."""
         t0 = time.perf_counter()
+        self._last = (messages, highlight_drafts)
         try:
             self._show(messages, highlight_drafts)
         finally:
@@ -179,7 +207,7 @@ class Transcript(QTextBrowser):
             state = " <i>(writing…)</i>"
         elif status != "complete":
             state = f" <i>({html.escape(status)})</i>"
-        footer = f'<p style="color:#6a737d;"><i>{html.escape(stats)}</i></p>' if stats else ""
+        footer = f'<p style="color:{_theme.muted};"><i>{html.escape(stats)}</i></p>' if stats else ""
         head = f'<p style="margin-top:{TITLE_MARGIN_PX}px; margin-bottom:{TITLE_MARGIN_PX}px;">'
         pictures = "".join(self._image_html(uri) for uri in images)
         if pictures:
@@ -296,7 +324,7 @@ def _marked(text: str, offset: int | None, mask: bytearray | None) -> str:
         while j < len(text) and (offset + j < len(mask) and mask[offset + j] == 1) == drafted:
             j += 1
         piece = html.escape(text[i:j], quote=False)
-        out.append(f'<span style="background-color:{DRAFT_BACKGROUND};">{piece}</span>' if drafted else piece)
+        out.append(f'<span style="background-color:{_theme.draft};">{piece}</span>' if drafted else piece)
         i = j
     return "".join(out)
 
@@ -309,7 +337,7 @@ def _render_text(self: Any, tokens: list[Token], idx: int, options: Any, env: di
 def _render_code_inline(self: Any, tokens: list[Token], idx: int, options: Any, env: dict[str, Any]) -> str:
     token = tokens[idx]
     text = _marked(token.content, token.meta.get("offset"), env["mask"])
-    return f'<span style="font-family:{CODE_FONT}; background-color:{INLINE_CODE_BACKGROUND};">{text}</span>'
+    return f'<span style="font-family:{CODE_FONT}; background-color:{_theme.inline_code};">{text}</span>'
 
 
 def _render_fence(self: Any, tokens: list[Token], idx: int, options: Any, env: dict[str, Any]) -> str:
@@ -318,7 +346,7 @@ def _render_fence(self: Any, tokens: list[Token], idx: int, options: Any, env: d
     language = token.info.strip().split(maxsplit=1)[0] if token.info.strip() else ""
     link = f"{env['link_prefix']}{len(env['code'])}"
     env["code"][link] = code
-    style = get_style_by_name(CODE_STYLE)
+    style = get_style_by_name(_theme.code_style)
     lines = token.meta.get("lines") if env["mask"] is not None else None
     # no code yet: the language may still be arriving ("pyt"), and a failed lookup scans every plugin
     body = _highlight(code, language if code else "", env["mask"], lines)
@@ -326,7 +354,8 @@ def _render_fence(self: Any, tokens: list[Token], idx: int, options: Any, env: d
     return (
         f'<table width="100%" cellspacing="0" cellpadding="6" border="0"'
         f' style="background-color:{style.background_color};">'
-        f'<tr><td style="color:#6a737d;">{label}</td><td align="right"><a href="{link}">Copy</a></td></tr>'
+        f'<tr><td style="color:{_theme.muted};">{label}</td>'
+        f'<td align="right"><a href="{link}">Copy</a></td></tr>'
         f'<tr><td colspan="2"><pre style="font-family:{CODE_FONT};">{body}</pre></td></tr></table>'
     )
 
@@ -342,8 +371,8 @@ def _lexer(language: str) -> Lexer:
 
 
 @lru_cache(maxsize=256)
-def _token_style(token_type: Any) -> str:
-    s = get_style_by_name(CODE_STYLE).style_for_token(token_type)
+def _token_style(token_type: Any, code_style: str) -> str:
+    s = get_style_by_name(code_style).style_for_token(token_type)
     css = []
     if s["color"]:
         css.append(f"color:#{s['color']}")
@@ -366,7 +395,7 @@ def _highlight(code: str, language: str, mask: bytearray | None, lines: list[int
         drafted = _code_mask(code, mask, lines)
     out, at = [], 0
     for token_type, value in tokens:
-        style = _token_style(token_type)
+        style = _token_style(token_type, _theme.code_style)
         i = 0
         while i < len(value):
             j = i + 1
@@ -378,9 +407,9 @@ def _highlight(code: str, language: str, mask: bytearray | None, lines: list[int
             css = style
             if drafted is not None and drafted[at + i]:
                 css = (
-                    f"{style};background-color:{DRAFT_BACKGROUND}"
+                    f"{style};background-color:{_theme.draft}"
                     if style
-                    else f"background-color:{DRAFT_BACKGROUND}"
+                    else f"background-color:{_theme.draft}"
                 )
             piece = html.escape(value[i:j], quote=False)
             out.append(f'<span style="{css}">{piece}</span>' if css else piece)
