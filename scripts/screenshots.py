@@ -1,7 +1,7 @@
 """Screenshots of the main views with real content, for README.md (docs/screenshots/).
 
 The real window runs with its own engine on a real model, answers a real question, switches the local
-API server on and lists the devices this machine has; each view is then grabbed from the window itself
+API server on, lists the devices this machine has and sizes the model catalog for it; each view is then grabbed from the window itself
 (offscreen unless a display is set, e.g. under Xvfb).
 
   QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--target qwen2.5-coder-1.5b-instruct]
@@ -45,6 +45,7 @@ def main() -> int:
             api_port=0,
         )
         window.resize(1280, 800)
+        window.highlight_drafts.setChecked(True)  # the answer's drafted text shows on green
         window.show()
 
         def shoot(name: str) -> None:
@@ -76,11 +77,17 @@ def main() -> int:
         def devices() -> None:
             shoot("api-server")
             window.api_panel.hide()
-            window.devices_panel.scanned.connect(lambda: QTimer.singleShot(200, last))
+            window.devices_panel.scanned.connect(lambda: QTimer.singleShot(200, library))
             window.devices_panel.show()
 
-        def last() -> None:
+        def library() -> None:
             shoot("devices")
+            window.devices_panel.hide()
+            window.library_panel.fit_scan.scanned.connect(lambda *_: QTimer.singleShot(500, last))
+            window.library_panel.show()  # the first showing sizes the catalog for this machine
+
+        def last() -> None:
+            shoot("library")
             result.update(code=0)
             app.quit()
 

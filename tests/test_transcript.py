@@ -90,6 +90,8 @@ def test_a_question_keeps_its_lines_and_markup_is_shown_as_text(transcript: Tran
     transcript.show_messages([{"role": "user", "content": question}])
     lines = transcript.toPlainText().replace("\u2028", "\n").splitlines()
     assert lines[-3:] == ["first line", "second line", "<b>not bold</b>"]
+    transcript.show_messages([{"role": "user", "content": "Fix:\ndef f(x):\n    return x"}])
+    assert transcript.toPlainText().replace("\u2028", "\n").splitlines()[-1] == "    return x"
 
 
 def test_accepted_drafts_are_marked_only_when_asked(transcript: Transcript) -> None:

@@ -98,7 +98,6 @@ class Transcript(QTextBrowser):
         self.setOpenLinks(False)  # every click comes to anchorClicked: Copy links and web links alike
         self.anchorClicked.connect(self._clicked)
         self._answer_md = _markdown(breaks=False)
-        self._question_md = _markdown(breaks=True)  # what was typed, line by line
         self._cache: list[_Rendered] = []
         self._shown: list[str] = []  # each message's HTML, as the document holds it
         self._tail_start: int | None = None  # where the last message begins in the document
@@ -197,10 +196,11 @@ class Transcript(QTextBrowser):
         key = (role, content, status, stats, spans, images)
         if index < len(self._cache) and self._cache[index].key == key:
             return self._cache[index].html
-        md = self._question_md if role == "user" else self._answer_md
         code: dict[str, str] = {}
-        # no trailing newline: inserted as the last message, it would show as a space
-        body = _render_markdown(md, content, spans, f"copy:{index}.", code).strip()
+        if role == "user":  # as typed: pasted code keeps its indentation, every line its own
+            body = f'<p style="white-space:pre-wrap;">{html.escape(content.strip(chr(10)))}</p>'
+        else:  # no trailing newline: inserted as the last message, it would show as a space
+            body = _render_markdown(self._answer_md, content, spans, f"copy:{index}.", code).strip()
         title = html.escape(ROLE_TITLES.get(role, role))
         state = ""
         if status in ("writing", "streaming"):  # "streaming": the chat store's name for it
