@@ -1,10 +1,11 @@
 """Screenshots of the main views with real content, for README.md (docs/screenshots/).
 
 The real window runs with its own engine on a real model, answers a real question, switches the local
-API server on, lists the devices this machine has and sizes the model catalog for it; each view is then grabbed from the window itself
-(offscreen unless a display is set, e.g. under Xvfb).
+API server on, lists the devices this machine has and sizes the model catalog for it; each view is then
+grabbed from the window itself (under Xvfb: `xvfb-run -a python scripts/screenshots.py`; offscreen
+without a display).
 
-  QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--target qwen2.5-coder-1.5b-instruct]
+  xvfb-run -a python scripts/screenshots.py [--target qwen2.5-coder-1.5b-instruct]
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+if not os.environ.get("DISPLAY"):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
