@@ -27,6 +27,7 @@ SCHEMA_VERSION = 2
 ROLES = ("system", "user", "assistant")
 STATUSES = ("complete", "streaming", "interrupted", "stopped", "error")
 EXPORT_FORMAT = "foresight-chats"
+IMAGE_URI_PREFIXES = tuple(f"data:image/{kind};base64," for kind in ("png", "jpeg", "webp"))
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -136,6 +137,8 @@ class ChatStore:
         self._lock = threading.RLock()
         try:
             self._db = self._open()
+        except sqlite3.OperationalError:
+            raise  # locked, unreadable, no room: the file may be fine, so it is left where it is
         except sqlite3.DatabaseError as exc:
             self.recovered_from = self._set_aside(str(exc))
             self._db = self._open()
@@ -160,23 +163,28 @@ class ChatStore:
         return db
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise ChatStoreError(
-                f"{self.path} was written by a newer Foresight (schema {version}, this one knows "
-                f"{SCHEMA_VERSION}): update the app; the file was not changed"
-            )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            # one transaction per step: the schema and its version number change together or not at all
+        for target in range(1, SCHEMA_VERSION + 1):
+            # one transaction per step: the schema and its version number change together or not at all;
+            # the version is read under the write lock, so two processes opening an old file at once
+            # migrate it once
+            db.execute("BEGIN IMMEDIATE")
             try:
-                db.executescript(
-                    f"BEGIN IMMEDIATE;{_MIGRATIONS[target]};PRAGMA user_version={target};COMMIT;"
-                )
-            except sqlite3.Error:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise ChatStoreError(
+                        f"{self.path} was written by a newer Foresight (schema {version}, this one knows "
+                        f"{SCHEMA_VERSION}): update the app; the file was not changed"
+                    )
+                if version < target:
+                    for statement in _MIGRATIONS[target].split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version={target}")
+                    log.info("chat store %s migrated to schema %d", self.path, target)
+            except BaseException:
+                db.execute("ROLLBACK")
                 raise
-            log.info("chat store %s migrated to schema %d", self.path, target)
+            db.execute("COMMIT")
 
     def _set_aside(self, why: str) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -392,6 +400,8 @@ class ChatStore:
             for n, c in enumerate(convs):
                 try:
                     now = float(c.get("created") or time.time())
+                    if not isinstance(c.get("settings") or {}, dict):
+                        raise ValueError("settings must be an object")
                     cur = db.execute(
                         _INSERT_CONVERSATION,
                         (
@@ -404,13 +414,16 @@ class ChatStore:
                     )
                     for m in c.get("messages", []):
                         status = m.get("status", "complete")
+                        images = m.get("images") or []
+                        if not isinstance(images, list) or not all(map(_is_image_uri, images)):
+                            raise ValueError("images must be a list of PNG, JPEG or WebP data URIs")
                         db.execute(
                             _INSERT_MESSAGE,
                             (
                                 cur.lastrowid,
                                 m["role"],
                                 str(m["content"]),
-                                json.dumps(list(m.get("images") or [])),
+                                json.dumps(images),
                                 "interrupted" if status == "streaming" else status,
                                 _stats(m.get("stats")),
                                 float(m.get("created") or now),
@@ -420,6 +433,10 @@ class ChatStore:
                 except (KeyError, TypeError, ValueError, AttributeError, sqlite3.IntegrityError) as exc:
                     raise ChatStoreError(f"conversation {n + 1} of the import is malformed: {exc}") from exc
         return len(convs)
+
+
+def _is_image_uri(uri: Any) -> bool:
+    return isinstance(uri, str) and uri.startswith(IMAGE_URI_PREFIXES) and "," in uri
 
 
 def _stats(stats: dict | None) -> str | None:

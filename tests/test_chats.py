@@ -243,3 +243,27 @@ def test_a_version_1_store_is_migrated_and_keeps_its_messages(tmp_path: Path) ->
         other.import_json(exported)
         (conv,) = other.conversations()
         assert other.messages(conv.id)[-1].draft_spans == [[0, 3]]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": "hi", "images": "data:image/png;base64,AAAA"},  # a string, not a list
+        {"role": "user", "content": "hi", "images": ["file:///etc/passwd"]},
+        {"role": "user", "content": "hi", "images": [42]},
+    ],
+    ids=["string", "file-url", "number"],
+)
+def test_an_import_with_bad_images_adds_nothing(store: ChatStore, message: dict) -> None:
+    conversation = {"title": "x", "messages": [message]}
+    data = {"format": "foresight-chats", "version": 1, "conversations": [conversation]}
+    with pytest.raises(ChatStoreError, match="images"):
+        store.import_json(data)
+    assert store.conversations() == []
+
+
+def test_an_import_with_settings_that_are_not_an_object_adds_nothing(store: ChatStore) -> None:
+    data = {"format": "foresight-chats", "version": 1, "conversations": [{"title": "x", "settings": [1]}]}
+    with pytest.raises(ChatStoreError, match="settings"):
+        store.import_json(data)
+    assert store.conversations() == []

@@ -330,10 +330,12 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     # a pair loaded from the model library (no restart) is what a later restart starts
     panel = window.library_panel
     panel.show()
-    with qtbot.waitSignal(panel.local.scanned, timeout=60_000):
-        panel.import_file(gemma_path)  # registered where it is
-    panel.choose(gemma_path.resolve(), "ngram")
-    qtbot.waitUntil(lambda: panel.use_button.isEnabled(), timeout=60_000)
+    panel.import_file(gemma_path)  # registered where it is (the models folder may not list it)
+    wanted = str(gemma_path.resolve())
+    qtbot.waitUntil(lambda: panel.target_choice.findData(wanted) >= 0, timeout=60_000)
+    panel.choose(wanted, "ngram")
+    qtbot.waitUntil(lambda: panel.target_choice.currentData() == wanted, timeout=60_000)
+    assert panel.use_button.isEnabled()
     with qtbot.waitSignal(panel.pairLoaded, timeout=START_MS):
         panel.use_pair()
     assert window.engine_args[:2] == ["--target", str(gemma_path.resolve())]

@@ -242,3 +242,15 @@ def test_a_dark_palette_gives_dark_code_and_draft_colours(qtbot: QtBot) -> None:
     assert LIGHT.draft not in html
     transcript.setPalette(QPalette())
     assert LIGHT.draft in transcript.toHtml()
+
+
+def test_an_answer_cannot_make_the_view_read_local_files(transcript: Transcript, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"\x89PNG not really")
+    answer = f"Look: ![x]({secret}) and ![y](file://{secret})"
+    transcript.show_messages([{"role": "assistant", "content": answer}])
+    assert transcript.loadResource(2, QUrl.fromLocalFile(str(secret))) is None
+    assert transcript.loadResource(2, QUrl(str(secret))) is None
+    bad = {"role": "user", "content": "hi", "images": ["data:image/png;base64,@@not base64@@"]}
+    transcript.show_messages([bad])  # a damaged image shows as a note, not an error
+    assert "could not be read" in transcript.toPlainText()

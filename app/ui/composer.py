@@ -52,10 +52,26 @@ def _png(image: QImage) -> bytes:
     return bytes(buf.data().data())
 
 
+def read_image_file(path: str | Path) -> tuple[bytes | None, str]:
+    """(the file's bytes, its name), or (None, why not) for a file too big or unreadable; the size is
+    checked before anything is read."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            return None, f"{path.name} is not a file"
+        if size > MAX_IMAGE_BYTES:
+            limit = MAX_IMAGE_BYTES // 2**20
+            return None, f"{path.name} is {size / 2**20:.1f} MiB; images up to {limit} MiB are taken"
+        return path.read_bytes(), path.name
+    except OSError as exc:
+        return None, f"{path.name} could not be read: {exc.strerror}"
+
+
 class QuestionEdit(QPlainTextEdit):
     """Plain text, plus images from drops and pastes (files, or image data such as a screenshot)."""
 
-    imagesGiven = Signal(list)  # [(bytes, name)]
+    imagesGiven = Signal(list)  # [(bytes, name)], or (None, why not) for a file that was not read
 
     def canInsertFromMimeData(self, source: QMimeData) -> bool:
         return source.hasImage() or source.hasUrls() or super().canInsertFromMimeData(source)
@@ -63,13 +79,7 @@ class QuestionEdit(QPlainTextEdit):
     def insertFromMimeData(self, source: QMimeData) -> None:
         files = [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
         if files:
-            given = []
-            for f in files:
-                try:
-                    given.append((Path(f).read_bytes(), Path(f).name))
-                except OSError as exc:
-                    given.append((b"", f"{Path(f).name} ({exc.strerror})"))
-            self.imagesGiven.emit(given)
+            self.imagesGiven.emit([read_image_file(f) for f in files])
         elif source.hasImage():
             self.imagesGiven.emit([(_png(QImage(source.imageData())), "the pasted image")])
         else:
@@ -115,8 +125,11 @@ class Composer(QWidget):
     def setFocus(self) -> None:
         self.edit.setFocus()
 
-    def add_images(self, given: list[tuple[bytes, str]]) -> None:
+    def add_images(self, given: list[tuple[bytes | None, str]]) -> None:
         for data, name in given:
+            if data is None:
+                self.refused.emit(name)
+                continue
             if len(self.images) >= MAX_IMAGES:
                 self.refused.emit(f"At most {MAX_IMAGES} images go with one question.")
                 break
@@ -127,7 +140,7 @@ class Composer(QWidget):
         self._show_thumbs()
 
     def add_image_file(self, path: str | Path) -> None:
-        self.add_images([(Path(path).read_bytes(), Path(path).name)])
+        self.add_images([read_image_file(path)])
 
     def set_images(self, images: list[str]) -> None:
         self.images = list(images)

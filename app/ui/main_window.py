@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
     QDockWidget,
     QHBoxLayout,
     QInputDialog,
@@ -26,6 +27,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QStyle,
     QSystemTrayIcon,
     QVBoxLayout,
     QWidget,
@@ -46,6 +48,7 @@ from app.ui.dialogs import ConversationSettingsDialog, DataActions, SettingsDial
 from app.ui.library_panel import LibraryPanel
 from app.ui.transcript import Transcript, add_piece
 
+ICON = Path(__file__).with_name("foresight.png")
 SAVE_EVERY_MS = 300  # a streaming answer reaches the store at least this often
 RENDER_EVERY_MS = 50
 CRASH_GRACE_MS = 1500
@@ -75,10 +78,15 @@ class MainWindow(QMainWindow):
         self._answer: Message | None = None
         self._answer_text = ""
         self._answer_spans: list[list[int]] = []  # of the answer in flight: text from accepted drafts
-        self._context_used = 0  # tokens the last answer's prompt and answer took (the engine's count)
+        self._context_used = 0  # tokens the conversation takes: the engine's count after an answer
+        self._context_estimated = False  # ...or an estimate from the stored text
         self.engine = EngineProcess(self)
         self.client = EngineClient(self)
         self.setWindowTitle("Foresight")
+        icon = QIcon(str(ICON))
+        if icon.isNull():
+            icon = self.style().standardIcon(QStyle.StandardPixmap.SP_ComputerIcon)
+        self.setWindowIcon(icon)
         self.resize(1100, 720)
         self.api_panel = ApiServerPanel(self.client, api_keys or ApiKeys(), api_port, self)
         self.devices_panel = DevicesPanel(self.client, _arg(engine_args, "--device") or "auto", self)
@@ -93,6 +101,7 @@ class MainWindow(QMainWindow):
             parent=self,
         )
         self.library_panel.pairLoaded.connect(self._pair_loaded)
+        self.library_panel.loadFailed.connect(self._pair_failed)
         self.tray: QSystemTrayIcon | None = None
         self.vision = False  # whether the loaded model reads images (the engine's /props says)
         self._quitting = False
@@ -268,6 +277,13 @@ class MainWindow(QMainWindow):
             panel.start_scan()
             panel.refresh()
 
+    def _pair_failed(self, message: str) -> None:
+        # the engine let go of the old pair before it tried the new one: it has no model now
+        self._show_banner(
+            f"The pair could not be loaded: {message}. Restart the engine to go back to the last pair.",
+            restart=True,
+        )
+
     def _pair_loaded(self, ready: dict) -> None:
         """A pair loaded through the library: a restart of the engine (after a crash) keeps it."""
         if self.library_panel.loaded is None:
@@ -285,7 +301,10 @@ class MainWindow(QMainWindow):
         self.engine_args = args
         self.n_ctx = int(ready.get("context_length") or self.n_ctx)
         self.engine_label.setText(f"engine: ready, {ready.get('model', '?')}")
-        self._show_context()
+        self.banner_row.hide()
+        self._count_context()
+        reply = self.client.get_json("/props")
+        reply.done.connect(self._props)
 
     def _devices_shown(self, visible: bool) -> None:
         if visible and not self.devices_panel.devices and not self.devices_panel.scan.running:
@@ -305,6 +324,10 @@ class MainWindow(QMainWindow):
             self._end_answer("interrupted")
         last = [line for line in tail.splitlines() if line.strip()][-1:] or ["no output"]
         self._show_banner(f"The engine stopped unexpectedly (exit code {code}): {last[0]}", restart=True)
+        if not self.isVisible() and self.tray is not None and self.tray.isVisible():
+            # serving from the tray: nobody sees the banner, so say it there and bring the engine back
+            self.tray.showMessage("Foresight", f"The engine stopped unexpectedly ({last[0]}); restarting it.")
+            self.restart_engine()
 
     # --- first start without a model ---------------------------------------------------------
 
@@ -420,11 +443,14 @@ class MainWindow(QMainWindow):
         self.current = c.id
         self.refresh_conversations()
         self._render()
+        self._count_context()
 
     def select_conversation(self, conversation_id: int) -> None:
         if conversation_id != self.current and self._editing is not None:
             self._stop_editing()
-        self.current = conversation_id
+        if conversation_id != self.current:
+            self.current = conversation_id
+            self._count_context()
         self.refresh_conversations()
         self._render()
         self._update_buttons()
@@ -442,8 +468,8 @@ class MainWindow(QMainWindow):
             return
         if images and not self.vision:
             self._show_banner(
-                "The loaded model has no vision: it cannot read images. Load a vision model from the model "
-                "library, or remove the images to ask without them.",
+                "The loaded model cannot read images (it has no vision projector). Remove the images to "
+                "ask without them.",
                 restart=False,
             )
             return
@@ -581,15 +607,22 @@ class MainWindow(QMainWindow):
         if usage:
             self.stats_label.setText(stats_line(usage.get("speculative") or {}))
             self._context_used = int(usage.get("total_tokens") or 0)
+            self._context_estimated = False
             self._show_context()
 
+    def _count_context(self) -> None:
+        """Estimate the shown conversation's context from its text (the engine counts it after an answer)."""
+        msgs = self.store.messages(self.current) if self.current is not None else []
+        self._context_used = sum(len(m.content) for m in msgs) // CHARS_PER_TOKEN + 4 * len(msgs)
+        self._context_estimated = bool(msgs)
+        self._show_context()
+
     def _show_context(self) -> None:
-        """The context count: the last exchange as the engine counted it, plus an estimate of the draft."""
+        """The context count: the conversation (as the engine counted it, or estimated), plus the draft."""
         typed = len(self.input.toPlainText()) // CHARS_PER_TOKEN
         used = self._context_used + typed
-        self.input.count.setText(
-            f"context: {used:,} of {self.n_ctx:,} tokens" + (" (estimate)" if typed else "")
-        )
+        estimate = " (estimate)" if typed or self._context_estimated else ""
+        self.input.count.setText(f"context: {used:,} of {self.n_ctx:,} tokens{estimate}")
         self.input.count.setStyleSheet("color: #b00020;" if used > self.n_ctx * 0.9 else "")
 
     # --- rendering ---------------------------------------------------------------------------
@@ -630,11 +663,13 @@ class MainWindow(QMainWindow):
 
     def edit_conversation_settings(self, conversation_id: int) -> ConversationSettingsDialog:
         dialog = ConversationSettingsDialog(self.store, conversation_id, defaults=self.sampling, parent=self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
 
     def edit_settings(self) -> SettingsDialog:
         dialog = SettingsDialog(parent=self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._settings_saved(dialog))
         dialog.open()
         return dialog
@@ -648,7 +683,7 @@ class MainWindow(QMainWindow):
     def _all_deleted(self) -> None:
         self.current = None
         self._stop_editing()
-        self._context_used = 0
+        self._count_context()
         self.refresh_conversations()
         self._render()
         self._update_buttons()
@@ -667,9 +702,13 @@ class MainWindow(QMainWindow):
             menu.addAction("Show Foresight", self._show_window)
             menu.addAction("Quit", self.quit)
             self.tray.setContextMenu(menu)
-            self.tray.activated.connect(lambda _reason: self._show_window())
+            self.tray.activated.connect(self._tray_clicked)
         if self.tray is not None:
             self.tray.setVisible(on)
+
+    def _tray_clicked(self, reason: QSystemTrayIcon.ActivationReason) -> None:
+        if reason in (QSystemTrayIcon.ActivationReason.Trigger, QSystemTrayIcon.ActivationReason.DoubleClick):
+            self._show_window()
 
     def _show_window(self) -> None:
         self.show()
@@ -681,13 +720,15 @@ class MainWindow(QMainWindow):
         self.close()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self.keep_serving.isChecked() and not self._quitting and self.engine.state == READY:
+        if self.keep_serving.isChecked() and not self._quitting:
             # the engine (and its API listener) keeps running; the tray brings the window back
             self.hide()
             event.ignore()
             return
         if self.tray is not None:
             self.tray.hide()
+        if self._quitting:  # a hidden window's close does not end the app: quit it outright
+            QTimer.singleShot(0, QApplication.quit)
         task = getattr(self, "download_task", None)
         if task is not None and task.running:
             task.pause()  # the .part file stays; the next start resumes it

@@ -139,6 +139,7 @@ class Transcript(QTextBrowser):
         previous = bar.value()
         if not messages:
             self._cache, self._code, self._shown, self._tail_start = [], {}, [], None
+            self._images.clear()
             self.setHtml(PLACEHOLDER)
             return
         del self._cache[len(messages) :]
@@ -193,7 +194,7 @@ class Transcript(QTextBrowser):
         stats = str(message.get("stats") or "")
         spans = tuple(tuple(s) for s in message.get("draft_spans") or ()) if highlight else ()
         images = tuple(message.get("images") or ())
-        key = (role, content, status, stats, spans, images)
+        key = (role, content, status, stats, spans, images, _theme)
         if index < len(self._cache) and self._cache[index].key == key:
             return self._cache[index].html
         code: dict[str, str] = {}
@@ -223,7 +224,10 @@ class Transcript(QTextBrowser):
         """A thumbnail of a data-URI image, named by its hash (`loadResource` hands it to the document)."""
         name = f"image:{hashlib.sha1(uri.encode()).hexdigest()}"
         if name not in self._images:
-            image = QImage.fromData(base64.b64decode(uri.partition(",")[2]))
+            try:
+                image = QImage.fromData(base64.b64decode(uri.partition(",")[2], validate=True))
+            except ValueError:  # not base64
+                image = QImage()
             if image.isNull():
                 return "<i>(an image that could not be read)</i> "
             if image.height() > THUMBNAIL_PX:
@@ -232,9 +236,8 @@ class Transcript(QTextBrowser):
         return f'<img src="{name}"/> '
 
     def loadResource(self, kind: int, url: QUrl) -> Any:
-        if url.scheme() == "image" and url.toString() in self._images:
-            return self._images[url.toString()]
-        return super().loadResource(kind, url)
+        # only the thumbnails this view made: an answer's `![](/some/path)` must not read local files
+        return self._images.get(url.toString())
 
     def _clicked(self, url: QUrl) -> None:
         if url.scheme() == "copy":
