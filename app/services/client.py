@@ -33,6 +33,7 @@ class ChatStream(QObject):
         self._error = ""
         self._aborted = False
         self._ended = False
+        self.body = b""  # the request as sent (JSON)
         reply.readyRead.connect(self._read)
         reply.finished.connect(self._done)
 
@@ -159,5 +160,7 @@ class EngineClient(QObject):
             "stream_options": {"include_usage": True},
             **{k: v for k, v in params.items() if v is not None},
         }
-        reply = self._manager.post(request, json.dumps(body).encode())
-        return ChatStream(self._manager, reply, self)
+        data = json.dumps(body).encode()
+        stream = ChatStream(self._manager, self._manager.post(request, data), self)
+        stream.body = data
+        return stream
