@@ -36,6 +36,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         "tensor_split",
         "device_argmax",
         "flash_attn",
+        "mmproj",
     ]
     add_section_flags(p, "engine", engine_flags)
     add_section_flags(p, "draft", ["max_draft", "adaptive", "ngram_min", "ngram_max"])

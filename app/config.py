@@ -69,6 +69,19 @@ class EngineSettings(Section):
     flash_attn: Literal["auto", "on", "off"] = Field(
         "auto", description="llama.cpp flash attention (auto: where the device supports it)"
     )
+    mmproj: str | None = Field(
+        None, description="vision projector GGUF (mmproj) of the target: lets it read images"
+    )
+    max_image_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="largest image file taken, in bytes"
+    )
+    max_image_pixels: int = Field(
+        50_000_000,
+        ge=1,
+        le=1_000_000_000,
+        description="largest image taken, in pixels (read from its header before decoding)",
+    )
+    max_images: int = Field(4, ge=1, le=64, description="images taken per request at most")
 
 
 class ServerSettings(Section):

@@ -53,12 +53,25 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+_FROM_SETTINGS: Any = object()
+
+
 def engine_loader(
-    settings: Settings, target: str | Path, draft: str | Path | None, mode: str | None = None
+    settings: Settings,
+    target: str | Path,
+    draft: str | Path | None,
+    mode: str | None = None,
+    mmproj: str | Path | None = _FROM_SETTINGS,
 ) -> Loader:
-    """What the worker calls to build an Engine: packaged keys resolved, `mode` overriding settings.draft."""
+    """What the worker calls to build an Engine: packaged keys resolved, `mode` overriding settings.draft,
+    `mmproj` overriding settings.engine.mmproj (None: no projector)."""
     if mode is not None:
         settings = settings.model_copy(update={"draft": settings.draft.model_copy(update={"mode": mode})})
+    if mmproj is not _FROM_SETTINGS:
+        projector = str(mmproj) if mmproj else None
+        settings = settings.model_copy(
+            update={"engine": settings.engine.model_copy(update={"mmproj": projector})}
+        )
 
     def load(progress: Any) -> Engine:
         from app.catalog.packaged import resolve_model
@@ -201,6 +214,7 @@ class LoadRequest(BaseModel):
     target: str = Field(min_length=1, description="target GGUF: a path or a packaged model's key")
     draft: str | None = Field(None, min_length=1, description="drafter GGUF (a path or a packaged key)")
     ngram: bool = Field(False, description="draft by n-gram prompt lookup (without draft or ngram: none)")
+    mmproj: str | None = Field(None, min_length=1, description="the target's vision projector GGUF (mmproj)")
 
 
 def _admin(request: Request) -> Admin:
@@ -272,8 +286,10 @@ async def load(request: Request) -> Response:
         raise APIError(400, "give draft or ngram, not both", "invalid_request_error", "ngram")
     target = await _model_file(body.target, "target")
     draft = await _model_file(body.draft, "draft") if body.draft else None
+    mmproj = await _model_file(body.mmproj, "mmproj") if body.mmproj else None
     mode = "model" if draft else "ngram" if body.ngram else "none"
-    events = _start(lambda: admin.worker.load(engine_loader(admin.settings, target, draft, mode)))
+    loader = engine_loader(admin.settings, target, draft, mode, mmproj)
+    events = _start(lambda: admin.worker.load(loader))
     state: AppState = request.app.state.foresight
 
     async def stream() -> AsyncIterator[str]:
@@ -291,6 +307,7 @@ async def load(request: Request) -> Response:
                         model=model_id(state),
                         draft=props["draft"]["source"],
                         context_length=props["target"]["n_ctx"],
+                        vision=props.get("vision", False),
                     )
                 yield _event(payload)
         yield "data: [DONE]\n\n"

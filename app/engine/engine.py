@@ -26,6 +26,15 @@ from app.engine.drafters import (
 from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
 from app.engine.generation import Chunk, GenerationRequest, StepHook, generate
 from app.engine.policy import DraftPolicy, VerifyCosts, measure_verify_costs
+from app.engine.vision import (
+    ImageError,
+    ImageLimits,
+    MediaPrompt,
+    NoVision,
+    Vision,
+    image_parts,
+    read_image_part,
+)
 
 log = logging.getLogger("foresight.engine")
 
@@ -35,6 +44,11 @@ class Prompt:
     tokens: list[int]
     text: str
     draft_prompt: bytes | None  # the drafter's own rendering, for cross-vocabulary drafting
+    media: MediaPrompt | None = None  # images: tokens holds IMAGE_POSITION where they sit
+
+    def close(self) -> None:
+        if self.media is not None:
+            self.media.close()
 
 
 class Engine:
@@ -47,8 +61,10 @@ class Engine:
         settings: Settings | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
-        """`progress` hears each stage by name (loading target, loading drafter, calibrating); it may raise
-        to abandon the load, and what was loaded is closed."""
+        """`progress` hears each stage by name (loading target, loading projector, loading drafter,
+        calibrating); it may raise to abandon the load, and what was loaded is closed.
+
+        The vision projector is settings.engine.mmproj (None: the target reads no images)."""
         self.settings = settings or Settings()
         es, ds = self.settings.engine, self.settings.draft
         report = progress or (lambda stage: None)
@@ -70,8 +86,12 @@ class Engine:
         self.drafter: Drafter | None = None
         self.policy: DraftPolicy | None = None
         self.costs: VerifyCosts | None = None
+        self.vision: Vision | None = None
         try:  # whatever fails from here on, the loaded target is freed
             self.chat = ChatFormat(self.target.chat_template, self.target.facts.architecture)
+            if es.mmproj:
+                report("loading projector")
+                self.vision = Vision(es.mmproj, self.target)
             mode = ds.mode
             if mode == "auto":
                 mode = "model" if draft else "ngram"
@@ -165,13 +185,51 @@ class Engine:
         tools: Sequence[Mapping[str, Any]] | None = None,
         prefill: str = "",
     ) -> Prompt:
-        """The chat template's prompt; `prefill` is assistant text the reply is made to begin with."""
+        """The chat template's prompt; `prefill` is assistant text the reply is made to begin with.
+
+        Image parts become the projector's marker in the text, and libmtmd tokenizes the images there.
+        """
+        images = image_parts(messages)
+        if images:
+            return self._render_with_images(messages, images, tools, prefill)
         text = self.chat.render(messages, tools) + prefill
         tokens = self.target.tokenize(text.encode("utf-8"), True, True)
         draft_prompt = None
         if self.draft_chat is not None:
             draft_prompt = (self.draft_chat.render(messages) + prefill).encode("utf-8")
         return Prompt(tokens, text, draft_prompt)
+
+    def _render_with_images(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        images: list[tuple[int, int, Mapping[str, Any]]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        prefill: str,
+    ) -> Prompt:
+        first_i, first_j, _ = images[0]
+        if self.vision is None:
+            raise NoVision(f"messages[{first_i}].content[{first_j}]")
+        es = self.settings.engine
+        if len(images) > es.max_images:
+            i, j, _ = images[es.max_images]
+            raise ImageError(
+                f"at most {es.max_images} images are taken per request", f"messages[{i}].content[{j}]"
+            )
+        limits = ImageLimits(es.max_image_bytes, es.max_image_pixels, es.max_images)
+        read = [read_image_part(part, f"messages[{i}].content[{j}]", limits) for i, j, part in images]
+        marker = {"type": "text", "text": self.vision.marker}
+        at = {(i, j) for i, j, _ in images}
+        templated = [
+            dict(m, content=[marker if (i, j) in at else p for j, p in enumerate(m["content"])])
+            if isinstance(m.get("content"), list)
+            else m
+            for i, m in enumerate(messages)
+        ]
+        text = self.chat.render(templated, tools) + prefill
+        if text.count(self.vision.marker) != len(read):
+            raise InvalidRequest(f"the text of the messages holds the image marker {self.vision.marker!r}")
+        media = self.vision.tokenize(text, read)
+        return Prompt(media.tokens, text, None, media)
 
     # --- generation -----------------------------------------------------------------------------------
     def generate(
@@ -190,6 +248,7 @@ class Engine:
             stop,
             request.draft_prompt,
             request.speculative,
+            request.media,
         )
         return generate(self.target, req, self.drafter, self.policy, cancel, on_step)
 
@@ -220,7 +279,12 @@ class Engine:
                 "fill_in_the_middle": t.fim_tokens() is not None,
             },
             "draft": {"source": self.drafter.source if self.drafter else "none"},
+            "vision": self.vision is not None,
         }
+        if self.vision is not None:
+            # A drafter model cannot see images: image prompts draft by n-gram lookup or not at all.
+            image_mode = "ngram" if self.drafter is not None and self.drafter.source == "ngram" else "plain"
+            out["projector"] = {**self.vision.info(), "image_draft_mode": image_mode}
         if self.draft_model is not None:
             out["draft"].update(
                 path=self.draft_model.facts.path,
@@ -255,6 +319,9 @@ class Engine:
         return out
 
     def close(self) -> None:
+        if getattr(self, "vision", None) is not None:
+            self.vision.close()
+            self.vision = None
         if self.draft_model is not None:
             self.draft_model.close()
             self.draft_model = None

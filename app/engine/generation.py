@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from app.engine.backends.base import Backend
 from app.engine.drafters import Drafter, common_prefix
@@ -15,6 +16,9 @@ from app.engine.policy import DraftPolicy
 from app.engine.sampling import Sampler, SamplingParams
 from app.engine.speculative import verify
 from app.engine.stats import SpecStats
+
+if TYPE_CHECKING:
+    from app.engine.vision import MediaPrompt
 
 StepHook = Callable[[list[int]], None]  # called after each step with the committed tokens (last: pending)
 
@@ -38,6 +42,7 @@ class GenerationRequest:
     stop: Sequence[str] = ()
     draft_prompt: bytes | None = None  # the drafter's own rendering of the prompt (cross-vocabulary)
     speculative: bool = True
+    media: MediaPrompt | None = None  # images in the prompt: libmtmd fills their positions
 
 
 class _TextOutput:
@@ -126,17 +131,30 @@ def generate(
             f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx} "
             "(with room for one reply token)"
         )
+    media = request.media
     use_draft = bool(request.speculative and drafter is not None and policy is not None)
+    image_mode = ""
+    if media is not None:
+        # A drafter model never saw the image; a lookup in the prompt and the reply still works.
+        use_draft = use_draft and drafter is not None and drafter.source == "ngram"
+        image_mode = "ngram" if use_draft else "plain"
     stats = SpecStats(
         draft_source=drafter.source if use_draft and drafter else "none", prompt_tokens=len(prompt)
     )
+    if media is not None:
+        stats.images, stats.image_tokens, stats.image_mode = media.images, media.image_tokens, image_mode
     sampler = Sampler(request.params, target.n_vocab)
     out = _TextOutput(request.stop)
 
     t0 = clock()
     reuse = min(common_prefix(target.kv_tokens, prompt), len(prompt) - 1)
+    if media is not None:
+        reuse = min(reuse, media.first_image)  # an image is evaluated anew, and so is all after it
     target.rollback(reuse)
     stats.reused_tokens = reuse
+    if media is not None:
+        media.prefill(target, reuse)  # up to the last prompt token, which the decode below takes
+        reuse = len(prompt) - 1
     if request.params.plain_greedy:
         first = target.decode_argmax(prompt[reuse:], len(prompt) - reuse - 1)[0]
     else:
@@ -203,6 +221,8 @@ def generate(
                 # A lookup costs nothing: look first, and choose knowing whether (and how far) it
                 # found something. No match is a plain step, not a miss: only real drafts are judged.
                 proposal = drafter.propose(committed, min(policy.max_draft, max(room, 0)))
+                if media is not None and min(proposal, default=0) < 0:
+                    proposal = proposal[: next(i for i, t in enumerate(proposal) if t < 0)]
                 if drafter.match_len is not None:
                     policy.set_match(drafter.match_len)
                 k = 0

@@ -67,7 +67,7 @@ class APIError(Exception):
 def from_engine_error(exc: EngineError) -> APIError:
     """Request errors (bad prompt, too long) are the client's: 400; a failed decode is the server's: 500."""
     status = 400 if isinstance(exc, InvalidRequest) else 500
-    return APIError(status, str(exc), exc.code)
+    return APIError(status, str(exc), exc.code, getattr(exc, "param", None))
 
 
 def from_validation_error(exc: ValidationError) -> APIError:
@@ -228,6 +228,7 @@ class CompletionRequest(SamplingRequest):
 # --- responses --------------------------------------------------------------------------------------
 class PromptTokensDetails(BaseModel):
     cached_tokens: int  # prompt tokens whose KV was kept from the previous request
+    image_tokens: int = 0  # extension: prompt positions filled by images (libmtmd's count)
 
 
 class Usage(BaseModel):
@@ -243,7 +244,9 @@ class Usage(BaseModel):
             prompt_tokens=stats.prompt_tokens,
             completion_tokens=stats.emitted,
             total_tokens=stats.prompt_tokens + stats.emitted,
-            prompt_tokens_details=PromptTokensDetails(cached_tokens=stats.reused_tokens),
+            prompt_tokens_details=PromptTokensDetails(
+                cached_tokens=stats.reused_tokens, image_tokens=stats.image_tokens
+            ),
             speculative=stats.as_dict(),
         )
 

@@ -151,17 +151,26 @@ async def render_error(request: Request, exc: Exception) -> Response:
 
 
 # --- helpers shared by the generation routes --------------------------------------------------------
-async def read_body(request: Request) -> bytes:
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     body, size = bytearray(), 0
     async for piece in request.stream():
         size += len(piece)
-        if size <= MAX_BODY_BYTES:
+        if size <= limit:
             body += piece
-        elif size > DRAIN_LIMIT:
+        elif size > DRAIN_LIMIT + limit:
             break
-    if size > MAX_BODY_BYTES:
-        raise APIError(413, f"the body is over {MAX_BODY_BYTES} bytes", "request_too_large")
+    if size > limit:
+        raise APIError(413, f"the body is over {limit} bytes", "request_too_large")
     return bytes(body)
+
+
+def chat_body_limit(state: AppState) -> int:
+    """A model that reads images takes bodies with room for them (base64: 4 bytes per 3)."""
+    props = state.worker.props
+    if not (props and props.get("vision")):
+        return MAX_BODY_BYTES
+    engine = state.settings.engine
+    return MAX_BODY_BYTES + engine.max_images * (engine.max_image_bytes * 4 // 3 + 64)
 
 
 def make_job(state: AppState, body: SamplingRequest, **prompt: Any) -> Job:
@@ -279,8 +288,8 @@ def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
 
 def refuse_images(messages: list[dict[str, Any]], props: dict[str, Any] | None) -> None:
     """An image part sent to a model that cannot see is refused by name, never silently dropped."""
-    if props is not None and props.get("vision"):
-        return
+    if props is None or props.get("vision"):
+        return  # no model yet: the generation itself answers model_not_loaded
     for i, m in enumerate(messages):
         content = m.get("content")
         if not isinstance(content, list):
@@ -289,7 +298,7 @@ def refuse_images(messages: list[dict[str, Any]], props: dict[str, Any] | None) 
             if isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
                 raise APIError(
                     400,
-                    "the loaded model has no vision: it cannot read images (load a vision model with its "
+                    "the loaded model has no vision: it cannot read images (load it with its vision "
                     "projector, or ask without the image)",
                     "model_has_no_vision",
                     f"messages[{i}].content[{j}]",
@@ -300,7 +309,7 @@ def refuse_images(messages: list[dict[str, Any]], props: dict[str, Any] | None) 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     state = _state(request)
-    body = parse_body(ChatCompletionRequest, await read_body(request))
+    body = parse_body(ChatCompletionRequest, await read_body(request, chat_body_limit(state)))
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     refuse_images(messages, state.worker.props)
     tools = body.template_tools

@@ -25,6 +25,9 @@ class SpecStats:
     passes: list[tuple[int, int, int, float]] = field(default_factory=list)
     fallback_steps: int = 0  # steps the policy decoded plainly because drafting would not pay
     fallback_reason: str = ""
+    images: int = 0  # images in the prompt
+    image_tokens: int = 0  # prompt positions the images fill (libmtmd's count), within prompt_tokens
+    image_mode: str = ""  # with images: ngram | plain (a drafter model cannot see them)
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -84,6 +87,9 @@ class SpecStats:
             "fallback_reason": self.fallback_reason,
             "prompt_tokens": self.prompt_tokens,
             "reused_tokens": self.reused_tokens,
+            "images": self.images,
+            "image_tokens": self.image_tokens,
+            "image_mode": self.image_mode,
             "emitted": self.emitted,
             "time_s": {
                 "prefill": round(self.prefill_s, 4),

@@ -295,6 +295,7 @@ class Worker:
             job.results.put(END)
             return
         self.metrics.requests += 1
+        prompt = None
         try:
             if job.messages is not None:
                 prompt = engine.render_chat(job.messages, job.tools, job.prefill)
@@ -303,7 +304,13 @@ class Worker:
             else:
                 prompt = engine.render_text(job.text or "")
             request = GenerationRequest(
-                prompt.tokens, job.params, job.max_tokens, job.stop, prompt.draft_prompt, job.speculative
+                prompt.tokens,
+                job.params,
+                job.max_tokens,
+                job.stop,
+                prompt.draft_prompt,
+                job.speculative,
+                prompt.media,
             )
             for chunk in engine.generate(request, job.cancel):
                 if chunk.stats is not None:
@@ -318,6 +325,9 @@ class Worker:
             job.results.put(exc)
         else:
             job.results.put(END)
+        finally:
+            if prompt is not None:
+                prompt.close()  # an image prompt's libmtmd chunks
         try:
             self.props = engine.props()
             self.metrics.kv_tokens = len(engine.target.kv_tokens)

@@ -10,7 +10,9 @@ import ctypes
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -354,6 +356,36 @@ class LlamaBackend:
                 self.rollback(start)
                 raise DecodeError(f"llama_decode failed with code {ret}: {_native_errors() or 'no KV slot'}")
             self.kv_tokens.extend(tokens[chunk : chunk + m])
+
+    def decode_external(self, n_positions: int, placeholder: int, run: Callable[[Any, int], int]) -> None:
+        """Positions the backend does not decode itself (an image's embeddings, through libmtmd).
+
+        `run(llama_context, n_past)` fills n_positions positions from n_past on and returns the next
+        position; kv_tokens records them as `placeholder`, which no prompt token equals.
+        """
+        if not self._ctx:
+            raise DecodeError(f"{self.path.name} is closed")
+        start = len(self.kv_tokens)
+        if start + n_positions > self.n_ctx:
+            raise ContextLengthExceeded(
+                f"{start + n_positions} positions do not fit the context of {self.n_ctx} tokens"
+            )
+        if self._argmax_on:  # no sampler may sit on the sequence while embeddings are decoded
+            self._set_device_argmax(False)
+        try:
+            end = run(self._ctx, start)
+        except BaseException:
+            llama_cpp.llama_memory_seq_rm(self._mem, 0, start, -1)
+            raise
+        if end != start + n_positions:
+            llama_cpp.llama_memory_seq_rm(self._mem, 0, start, -1)
+            raise DecodeError(f"an external decode filled positions {start}..{end}, not {n_positions}")
+        self.kv_tokens.extend([placeholder] * n_positions)
+
+    @property
+    def llama_model(self) -> Any:
+        """The llama_model pointer (a vision projector is loaded against it)."""
+        return self._model
 
     def rollback(self, n_keep: int) -> None:
         if not self._ctx:
