@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QSystemTrayIcon
 from pytestqt.qtbot import QtBot
@@ -17,6 +20,7 @@ from app.services.api_server import ApiKeys
 from app.services.engine import READY
 from app.ui.main_window import MainWindow
 from app.ui.transcript import DRAFT_BACKGROUND
+from tests.mmproj import png, write_tiny_mmproj
 
 START_MS = 120_000
 ANSWER_MS = 120_000
@@ -341,4 +345,44 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     assert window.engine_args[:2] == ["--target", str(gemma_path.resolve())]
     assert "--ngram" in window.engine_args
     window.keep_serving.setChecked(False)
+    window.close()
+
+
+def test_an_image_dropped_in_the_question_is_sent_and_answered(
+    qtbot: QtBot, store: ChatStore, gemma_path: Path, tmp_path: Path
+) -> None:
+    projector = write_tiny_mmproj(tmp_path / "mmproj.gguf", n_embd=640)  # gemma-3-270m's width
+    window = MainWindow(
+        store,
+        ["--target", str(gemma_path), "--mmproj", str(projector), "--ngram", "--n-ctx", "2048"],
+        n_ctx=2048,
+        sampling={"temperature": 0.0, "max_tokens": 16},
+        api_port=0,
+    )
+    qtbot.addWidget(window)
+    window.show()
+    with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
+        window.start_engine()
+    qtbot.waitUntil(lambda: window.vision, timeout=10_000)  # /props says the engine reads images
+
+    picture = tmp_path / "blue.png"
+    picture.write_bytes(png(32, 32, (0, 0, 255)))
+    drop = QMimeData()
+    drop.setUrls([QUrl.fromLocalFile(str(picture))])
+    window.input.edit.insertFromMimeData(drop)  # what a drop or a paste of the file hands the box
+    assert len(window.input.images) == 1
+    window.input.setPlainText("What colour is this image?")
+    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+        window.send_button.click()
+        body = json.loads(window._stream.body)
+    assert done.args[0] == "complete"
+    parts = body["messages"][-1]["content"]
+    assert {"type": "text", "text": "What colour is this image?"} in parts
+    uri = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url")
+    assert base64.b64decode(uri.removeprefix("data:image/png;base64,")) == picture.read_bytes()
+    question, answer = store.messages(window.current)
+    assert question.images == [uri]  # kept with the question
+    assert answer.content.strip()
+    assert answer.content.strip()[:10] in window.transcript.toPlainText()
+    assert window.input.images == []  # sent: the box is empty again
     window.close()

@@ -31,6 +31,9 @@ def test_repetition_penalty_moves_the_argmax() -> None:
     assert s.pick(logits, [1]) == 2  # 3.0 / 1.5 = 2.0 < 2.9
     assert s.pick(logits, [0], extra=[1]) == 2  # a token assumed accepted counts as history
     assert logits[1] == pytest.approx(3.0)  # the backend's row is never modified
+    # an image's positions (-1: no token) penalise nothing, not the vocabulary's last token
+    last = np.array([0.0, 1.0, 2.0, 3.0], dtype=np.float32)
+    assert s.pick(last, [-1, -1, -1]) == 3
 
 
 def test_top_k_top_p_min_p_match_their_definitions() -> None:

@@ -62,6 +62,7 @@ class Sampler:
         n = self.params.repeat_last_n
         recent = (history[-n:] + extra)[-n:]
         window = np.unique(np.asarray(recent, dtype=np.int64))
+        window = window[window >= 0]  # image positions hold no token (-1)
         vals = self._work[window]
         penalty = self.params.repeat_penalty
         self._work[window] = np.where(vals > 0, vals / penalty, vals * penalty)
