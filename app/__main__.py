@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", default="", help="comma-separated prompt names or kinds to run")
     bench.add_argument("--json", action="store_true", help="one JSON line per prompt, then a summary")
     bench.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each side this many times, alternating, and report each side's median run",
+    )
+    bench.add_argument(
         "--shapes", action="store_true", help="only time verify passes by width (steady and alternating)"
     )
 
@@ -206,6 +212,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from app.bench import load_prompts, run_bench
 
+    if args.repeat < 1:
+        raise SystemExit("--repeat: at least 1")
     prompts = load_prompts(args.prompts)
     if args.only:
         wanted = set(args.only.split(","))
@@ -219,7 +227,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for key, ms in shape_profile(engine.target).items():
                 print(f"{key:<24} " + " ".join(f"{x:6.2f}" for x in ms), flush=True)
             return 0
-        run_bench(engine, prompts, args.tokens, args.json)
+        run_bench(engine, prompts, args.tokens, args.json, args.repeat)
     return 0
 
 

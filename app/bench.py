@@ -41,6 +41,9 @@ class PromptReport:
     first_difference: int | None = None
     margin: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # tok/s of every run when each side ran more than once (the reported run is the median one)
+    plain_runs: list[float] = field(default_factory=list)
+    spec_runs: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -54,6 +57,8 @@ class PromptReport:
             "tokens": [len(self.plain.tokens), len(self.spec.tokens)],
             "plain_tok_s": round(self.plain.tok_s, 2),
             "spec_tok_s": round(self.spec.tok_s, 2),
+            "plain_tok_s_runs": [round(x, 2) for x in self.plain_runs],
+            "spec_tok_s_runs": [round(x, 2) for x in self.spec_runs],
             "ratio": round(self.ratio, 3),
             "mean_accepted_len": round(s.mean_accepted_len, 3),
             "acceptance_rate": round(s.acceptance_rate, 3),
@@ -115,16 +120,32 @@ def top2_margin(engine: Engine, context: list[int]) -> float:
     return float(abs(top[1] - top[0]))
 
 
-def bench_prompt(engine: Engine, entry: dict[str, Any], n_tokens: int) -> PromptReport:
+def _median_run(runs: list[RunResult]) -> RunResult:
+    return sorted(runs, key=lambda r: r.tok_s)[(len(runs) - 1) // 2]
+
+
+def bench_prompt(engine: Engine, entry: dict[str, Any], n_tokens: int, repeat: int = 1) -> PromptReport:
+    """Plain and speculative runs of one prompt; with `repeat`, each side runs that many times in
+    alternating order (plain, spec, spec, plain, ...) so that a drift of the machine's speed falls on
+    both, and the median run of each side is reported."""
     tokens, draft_prompt = prompt_tokens(engine, entry)
-    plain = run_once(engine, tokens, draft_prompt, n_tokens, speculative=False)
-    spec = run_once(engine, tokens, draft_prompt, n_tokens, speculative=True)
+    plains: list[RunResult] = []
+    specs: list[RunResult] = []
+    for i in range(repeat):
+        for speculative in (False, True) if i % 2 == 0 else (True, False):
+            run = run_once(engine, tokens, draft_prompt, n_tokens, speculative=speculative)
+            (specs if speculative else plains).append(run)
+    plain, spec = _median_run(plains), _median_run(specs)
     n = min(len(plain.tokens), len(spec.tokens))
     diff = next((i for i in range(n) if plain.tokens[i] != spec.tokens[i]), None)
     if diff is None and len(plain.tokens) != len(spec.tokens):
         diff = n
     margin = top2_margin(engine, tokens + plain.tokens[:diff]) if diff is not None else None
-    return PromptReport(entry["name"], entry.get("kind", ""), plain, spec, diff is None, diff, margin)
+    report = PromptReport(entry["name"], entry.get("kind", ""), plain, spec, diff is None, diff, margin)
+    if repeat > 1:
+        report.plain_runs = [r.tok_s for r in plains]
+        report.spec_runs = [r.tok_s for r in specs]
+    return report
 
 
 def format_table(reports: list[PromptReport]) -> str:
@@ -206,7 +227,7 @@ def shape_profile(
 
 
 def run_bench(
-    engine: Engine, prompts: list[dict[str, Any]], n_tokens: int, as_json: bool
+    engine: Engine, prompts: list[dict[str, Any]], n_tokens: int, as_json: bool, repeat: int = 1
 ) -> list[PromptReport]:
     props = engine.props()
     if not as_json:
@@ -229,7 +250,7 @@ def run_bench(
     run_once(engine, warm_tokens, warm_draft, 8, speculative=True)
     reports = []
     for entry in prompts:
-        report = bench_prompt(engine, entry, n_tokens)
+        report = bench_prompt(engine, entry, n_tokens, repeat)
         reports.append(report)
         if as_json:
             print(json.dumps(report.as_dict()), flush=True)

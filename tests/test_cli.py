@@ -52,7 +52,7 @@ def test_bench_reports_every_prompt_side_by_side(gemma_path: Path, tmp_path: Pat
         {"name": "chat", "kind": "chat", "messages": [{"role": "user", "content": "Name a colour."}]},
     ]))  # fmt: skip
     out = _run("bench", "--target", str(gemma_path), "--draft", str(gemma_path), "--prompts", str(prompts),
-               "--tokens", "16", "--max-draft", "4", "--json")  # fmt: skip
+               "--tokens", "16", "--max-draft", "4", "--json", "--repeat", "3")  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     rows, summary = lines[:-1], lines[-1]
@@ -62,6 +62,10 @@ def test_bench_reports_every_prompt_side_by_side(gemma_path: Path, tmp_path: Pat
         assert r["spec_tok_s"] > 0
         assert r["ratio"] == pytest.approx(r["spec_tok_s"] / r["plain_tok_s"], rel=0.01)
         assert r["match"] or r["near_tie"]
+        # three runs a side, alternating; the reported one is each side's median
+        assert len(r["plain_tok_s_runs"]) == len(r["spec_tok_s_runs"]) == 3
+        assert r["plain_tok_s"] == sorted(r["plain_tok_s_runs"])[1]
+        assert r["spec_tok_s"] == sorted(r["spec_tok_s_runs"])[1]
     assert summary["props"]["draft"]["vocabulary"]["compatible"] is True
     assert len(summary["props"]["draft"]["policy"]["verify_cost_ms"]) == 5
 
