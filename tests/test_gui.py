@@ -335,15 +335,22 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     panel = window.library_panel
     panel.show()
     panel.import_file(gemma_path)  # registered where it is (the models folder may not list it)
+    projector = str(write_tiny_mmproj(tmp_path / "tiny-mmproj.gguf", n_embd=640).resolve())
+    panel.import_file(Path(projector))
     wanted = str(gemma_path.resolve())
     qtbot.waitUntil(lambda: panel.target_choice.findData(wanted) >= 0, timeout=60_000)
-    panel.choose(wanted, "ngram")
+    qtbot.waitUntil(lambda: panel.projector_choice.findData(projector) >= 0, timeout=60_000)
+    assert panel.target_choice.findData(projector) < 0  # a projector is no target
+    panel.choose(wanted, "ngram", projector)
     qtbot.waitUntil(lambda: panel.target_choice.currentData() == wanted, timeout=60_000)
+    assert panel.projector_choice.currentData() == projector
     assert panel.use_button.isEnabled()
     with qtbot.waitSignal(panel.pairLoaded, timeout=START_MS):
         panel.use_pair()
     assert window.engine_args[:2] == ["--target", str(gemma_path.resolve())]
     assert "--ngram" in window.engine_args
+    assert window.engine_args[window.engine_args.index("--mmproj") + 1] == projector
+    qtbot.waitUntil(lambda: window.vision, timeout=10_000)  # loaded with its projector: it reads images
     window.keep_serving.setChecked(False)
     window.close()
 

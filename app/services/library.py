@@ -98,14 +98,15 @@ class FitScan(QObject):
 
 
 def installed_paths(pair: curated.Pair, models_dir: Path) -> dict[str, Path] | None:
-    """The pair's files to load ({"target": path, "drafter": path}) when every file is in, else None."""
+    """The pair's files to load ({"target", "drafter", and "mmproj" for a vision pair}) when every file
+    is in, else None."""
     specs = pair.file_specs()
     if not all(hub.library_path(models_dir, s.repo, s.filename).is_file() for s in specs):
         return None
-    return {
-        role: hub.library_path(models_dir, m.repo, m.first)
-        for role, m in (("target", pair.target), ("drafter", pair.drafter))
-    }
+    roles = [("target", pair.target), ("drafter", pair.drafter)]
+    if pair.mmproj is not None:
+        roles.append(("mmproj", pair.mmproj))
+    return {role: hub.library_path(models_dir, m.repo, m.first) for role, m in roles}
 
 
 def _size(n: float) -> str:
@@ -401,6 +402,10 @@ class LocalModels(QAbstractTableModel):
         """Text models that can be loaded (no mmproj, no unreadable file)."""
         return [m for m in self.models if not m.problem and not m.is_mmproj]
 
+    def projectors(self) -> list[LocalModel]:
+        """Vision projectors (mmproj files) that can be loaded with a target."""
+        return [m for m in self.models if not m.problem and m.is_mmproj]
+
     @property
     def scanning(self) -> bool:
         return self._scan is not None and self._scan.running
@@ -505,7 +510,9 @@ def load_pair(
     draft: str | None = None,
     ngram: bool = False,
     parent: QObject | None = None,
+    mmproj: str | None = None,
 ) -> LoadStream:
-    """Ask the running engine to load `target` with a drafter model, n-gram drafting, or neither."""
-    body = {"target": target, "draft": draft, "ngram": bool(ngram and not draft)}
+    """Ask the running engine to load `target` with a drafter model, n-gram drafting, or neither, and
+    with a vision projector when `mmproj` is given."""
+    body = {"target": target, "draft": draft, "ngram": bool(ngram and not draft), "mmproj": mmproj}
     return LoadStream(client, body, parent)

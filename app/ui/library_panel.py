@@ -82,9 +82,9 @@ class LibraryPanel(QDockWidget):
         self.fit_scan.failed.connect(lambda message: self.machine.setText(f"Fit unknown: {message}"))
         self.verdict: Verdict | None = None
         self.load_stream: LoadStream | None = None
-        # (target, drafter or None, n-gram) being loaded, and the last one loaded
-        self._loading: tuple[str, str | None, bool] = ("", None, False)
-        self.loaded: tuple[str, str | None, bool] | None = None
+        # (target, drafter or None, n-gram, projector or None) being loaded, and the last one loaded
+        self._loading: tuple[str, str | None, bool, str | None] = ("", None, False, None)
+        self.loaded: tuple[str, str | None, bool, str | None] | None = None
         self._jobs: set[Background] = set()
         self._engine_up = False
         self._wanted: dict[str, str] | None = None  # paths to choose once the library scan shows them
@@ -137,6 +137,7 @@ class LibraryPanel(QDockWidget):
         # pair to load
         self.target_choice = QComboBox()
         self.drafter_choice = QComboBox()
+        self.projector_choice = QComboBox()  # a vision projector for the target, or none
         self.target_choice.currentIndexChanged.connect(self._pair_changed)
         self.drafter_choice.currentIndexChanged.connect(self._pair_changed)
         self.verdict_label = QLabel("", wordWrap=True)
@@ -148,6 +149,7 @@ class LibraryPanel(QDockWidget):
         form = QFormLayout()
         form.addRow("Target", self.target_choice)
         form.addRow("Drafts from", self.drafter_choice)
+        form.addRow("Images", self.projector_choice)
         use_box = QGroupBox("Load into the engine")
         uv = QVBoxLayout(use_box)
         uv.addLayout(form)
@@ -204,10 +206,17 @@ class LibraryPanel(QDockWidget):
         wanted = self._wanted or {}
         target = wanted.get("target") or self.target_choice.currentData()
         drafter = wanted.get("drafter") or self.drafter_choice.currentData() or NGRAM
+        projector = wanted.get("mmproj", self.projector_choice.currentData()) if wanted else None
         models = self.local.usable()
-        for combo in (self.target_choice, self.drafter_choice):
+        for combo in (self.target_choice, self.drafter_choice, self.projector_choice):
             combo.blockSignals(True)
             combo.clear()
+        self.projector_choice.addItem("no vision projector (text only)", None)
+        for m in self.local.projectors():
+            self.projector_choice.addItem(f"{m.path.name} ({m.size / 2**20:.0f} MiB)", str(m.path))
+        index = self.projector_choice.findData(projector) if projector else 0
+        self.projector_choice.setCurrentIndex(max(index, 0))
+        self.projector_choice.blockSignals(False)
         self.drafter_choice.addItem("n-gram lookup in the conversation (no drafter model)", NGRAM)
         self.drafter_choice.addItem("nothing (plain decoding)", NO_DRAFT)
         for m in models:
@@ -222,9 +231,15 @@ class LibraryPanel(QDockWidget):
             self._wanted = None  # else kept until a scan shows the file (a download just finished)
         self._pair_changed()
 
-    def choose(self, target: str | Path, drafter: str | Path | None = None) -> None:
-        """Pick the target and the drafter (a path, "ngram", or "none") to load."""
-        self._wanted = {"target": str(target), "drafter": str(drafter) if drafter else NGRAM}
+    def choose(
+        self, target: str | Path, drafter: str | Path | None = None, mmproj: str | Path | None = None
+    ) -> None:
+        """Pick the target, the drafter (a path, "ngram", or "none") and a vision projector to load."""
+        self._wanted = {
+            "target": str(target),
+            "drafter": str(drafter) if drafter else NGRAM,
+            "mmproj": str(mmproj) if mmproj else None,
+        }
         self._fill_choices()
 
     # --- import ---------------------------------------------------------------------------------
@@ -276,7 +291,7 @@ class LibraryPanel(QDockWidget):
     def _catalog_chosen(self) -> None:
         pair_id = self.selected_pair()
         if pair_id is not None and (paths := self.catalog.installed(pair_id)):
-            self.choose(paths["target"], paths["drafter"])
+            self.choose(paths["target"], paths["drafter"], paths.get("mmproj"))
         self._show_fit()
         self._download_changed(pair_id or "")
 
@@ -297,7 +312,11 @@ class LibraryPanel(QDockWidget):
         self._info(f"{self.catalog.pair(pair_id).name} is downloaded and verified.")
         paths = self.catalog.installed(pair_id)
         if paths:
-            self._wanted = {"target": str(paths["target"]), "drafter": str(paths["drafter"])}
+            self._wanted = {
+                "target": str(paths["target"]),
+                "drafter": str(paths["drafter"]),
+                "mmproj": str(paths["mmproj"]) if "mmproj" in paths else None,
+            }
         self.local.scan()
 
     # --- pairing and loading --------------------------------------------------------------------
@@ -339,8 +358,9 @@ class LibraryPanel(QDockWidget):
         if not target or not self._engine_up or self.load_stream is not None:
             return
         draft = drafter if drafter not in (NGRAM, NO_DRAFT) else None
-        stream = load_pair(self.client, target, draft, ngram=drafter == NGRAM, parent=self)
-        self._loading = (str(target), draft, drafter == NGRAM)
+        mmproj = self.projector_choice.currentData()
+        stream = load_pair(self.client, target, draft, ngram=drafter == NGRAM, parent=self, mmproj=mmproj)
+        self._loading = (str(target), draft, drafter == NGRAM, mmproj)
         stream.stage.connect(lambda name: self.load_state.setText(f"Loading {Path(target).name}: {name}…"))
         stream.done.connect(self._loaded)
         stream.failed.connect(self._load_failed)

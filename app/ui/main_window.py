@@ -288,14 +288,17 @@ class MainWindow(QMainWindow):
         """A pair loaded through the library: a restart of the engine (after a crash) keeps it."""
         if self.library_panel.loaded is None:
             return
-        target, draft, ngram = self.library_panel.loaded
+        target, draft, ngram, mmproj = self.library_panel.loaded
         args = [
-            a for a in _without(self.engine_args, "--target", "--draft") if a not in ("--ngram", "--no-draft")
+            a
+            for a in _without(self.engine_args, "--target", "--draft", "--mmproj")
+            if a not in ("--ngram", "--no-draft")
         ]
         args = [
             "--target",
             target,
             *(["--draft", draft] if draft else ["--ngram"] if ngram else ["--no-draft"]),
+            *(["--mmproj", mmproj] if mmproj else []),
             *args,
         ]
         self.engine_args = args
