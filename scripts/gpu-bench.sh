@@ -18,7 +18,8 @@ export PYTHONPATH=/root/gpu/site:$PWD FORESIGHT_HOME=/root/foresight-home
 Q=/root/gpu/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 G=/root/gpu/gemma-3-270m-q4_k_m.gguf
 TOKENS=${TOKENS:-256}
-bench() { python3 -m app bench --target "$Q" --device gpu --tokens "$TOKENS" "$@"; }
+REPEAT=${REPEAT:-}  # e.g. 3: each side of every prompt runs three times, alternating; the median run is reported
+bench() { python3 -m app bench --target "$Q" --device gpu --tokens "$TOKENS" ${REPEAT:+--repeat "$REPEAT"} "$@"; }
 case "${1:-}" in
   prepare)
     bash .gpu/remote.sh wait-llama && bash .gpu/remote.sh gemma && bash .gpu/remote.sh qwen || exit 1
