@@ -36,8 +36,11 @@ def image_data_uri(data: bytes, name: str = "the image") -> str:
     if fmt not in IMAGE_FORMATS:
         kind = fmt.decode() or "not an image"
         raise ImageRefused(f"{name}: {kind}; PNG, JPEG and WebP images are taken")
-    if reader.read().isNull():
+    image = reader.read()
+    if image.isNull():
         raise ImageRefused(f"{name} could not be read: {reader.errorString()}")
+    if fmt == b"webp":  # the engine's decoder (llama.cpp's) reads PNG and JPEG, not WebP
+        data, fmt = _png(image), b"png"
     return f"data:{IMAGE_FORMATS[fmt]};base64,{base64.b64encode(data).decode()}"
 
 
