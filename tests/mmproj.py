@@ -24,10 +24,29 @@ def write_tiny_mmproj(out: Path, n_embd: int, seed: int = 0, projection_scale: f
     Small random weights everywhere but the last projection, whose scale sets how loud the image's
     embeddings are next to the text's: at 0.02 the model hardly notices them.
     """
-    width, ffn, layers, heads = 64, 128, 1, 4
+    width = 64
     rng = np.random.default_rng(seed)
+    patch = (rng.standard_normal((width, 3, PATCH, PATCH)) * 0.02).astype(np.float32)
+    projection = (rng.standard_normal((width, n_embd)) * projection_scale).astype(np.float32)
+    return _write(out, n_embd, width, patch, projection, rng=rng)
+
+
+def _write(
+    out: Path,
+    n_embd: int,
+    width: int,
+    patch: np.ndarray,
+    projection: np.ndarray,
+    rng: np.random.Generator | None = None,
+    zero_block: bool = False,
+) -> Path:
+    """The projector file: `patch` and `projection` as given; the rest small random weights (`rng`),
+    or, with `zero_block`, a transformer block that adds nothing to its input."""
+    ffn, layers, heads = 128, 1, 4
 
     def rand(*shape: int) -> np.ndarray:
+        if zero_block or rng is None:
+            return np.zeros(shape, np.float32)
         return (rng.standard_normal(shape) * 0.02).astype(np.float32)
 
     w = gguf.GGUFWriter(str(out), "clip")
@@ -47,7 +66,7 @@ def write_tiny_mmproj(out: Path, n_embd: int, seed: int = 0, projection_scale: f
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
     w.add_bool("clip.use_gelu", True)
     w.add_uint32("clip.vision.projector.scale_factor", POOL)
-    w.add_tensor("v.patch_embd.weight", rand(width, 3, PATCH, PATCH))
+    w.add_tensor("v.patch_embd.weight", patch)
     w.add_tensor("v.patch_embd.bias", rand(width))
     w.add_tensor("v.position_embd.weight", rand((IMAGE_SIZE // PATCH) ** 2, width))
     ones, zeros = np.ones(width, np.float32), np.zeros(width, np.float32)
@@ -64,14 +83,63 @@ def write_tiny_mmproj(out: Path, n_embd: int, seed: int = 0, projection_scale: f
         w.add_tensor(f"v.blk.{i}.ffn_down.bias", rand(width))
     w.add_tensor("v.post_ln.weight", ones)
     w.add_tensor("v.post_ln.bias", zeros)
-    projection = rng.standard_normal((width, n_embd)) * projection_scale
-    w.add_tensor("mm.input_projection.weight", projection.astype(np.float32))
+    w.add_tensor("mm.input_projection.weight", projection)
     w.add_tensor("mm.soft_emb_norm.weight", ones)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def _token_rows(text_model: Path, words: list[str]) -> np.ndarray:
+    """The text model's input embeddings of `words` (each one token, with its leading space)."""
+    reader = gguf.GGUFReader(str(text_model))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data]
+    ids = []
+    for word in words:
+        for spelled in ("\u0120" + word, "\u2581" + word):  # GPT-2 style and SentencePiece style space
+            if spelled in tokens:
+                ids.append(tokens.index(spelled))
+                break
+        else:
+            raise ValueError(f"{word!r} is not one token of {text_model.name}")
+    table = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    rows = gguf.quants.dequantize(table.data, table.tensor_type)
+    return np.asarray(rows[ids], dtype=np.float32)
+
+
+def colour_code(rgb: tuple[int, int, int]) -> np.ndarray:
+    """What the colour projector's vision tower makes of a solid `rgb` image, after its norms."""
+    x = np.zeros(64, np.float32)
+    for c, value in enumerate(rgb):
+        m = (value / 255 - 0.5) / 0.5  # the projector's image_mean and image_std
+        x[2 * c], x[2 * c + 1] = m, -m
+    return x / np.sqrt(np.mean(x * x))
+
+
+def write_colour_mmproj(
+    out: Path, text_model: Path, colours: dict[str, tuple[int, int, int]], embedding_scale: float = 1.0
+) -> Path:
+    """A projector built, not trained, so that a solid-colour image reads as that colour's word.
+
+    The vision tower passes each channel's mean through as a pair (+m, -m) (zero mean, so its layer
+    norms keep the direction): the patch embedding averages each channel, the transformer block adds
+    nothing (its output projections are zero), and the pooling averages the patches. The last
+    projection is solved by least squares so that each colour's code lands on the text model's own
+    embedding of its name (times `embedding_scale`: Gemma scales text embeddings by sqrt(n_embd) on
+    input, and image embeddings go in as they are).
+    """
+    width = 64
+    targets = _token_rows(text_model, list(colours)) * embedding_scale
+    codes = np.stack([colour_code(rgb) for rgb in colours.values()])
+    projection = np.linalg.lstsq(codes, targets, rcond=None)[0].astype(np.float32)  # (width, n_embd)
+    patch = np.zeros((width, 3, PATCH, PATCH), np.float32)
+    for c in range(3):
+        patch[2 * c, c] = 1 / PATCH**2
+        patch[2 * c + 1, c] = -1 / PATCH**2
+    return _write(out, targets.shape[1], width, patch, projection, zero_block=True)
 
 
 def png(width: int, height: int, pixel: tuple[int, int, int] | None = None) -> bytes:

@@ -1,7 +1,9 @@
 """Images through libmtmd: a real engine server with a tiny random-weight projector built for the test model.
 
-The projector (tests/mmproj.py) is untrained, so answers are noise; what is checked is the plumbing:
-libmtmd's token count, determinism, that the image reaches the model, the errors, and the KV bookkeeping.
+The tiny projector (tests/mmproj.py) is random, so its answers are noise; what is checked with it is the
+plumbing: libmtmd's token count, determinism, that the image reaches the model, the errors, and the KV
+bookkeeping. A second projector is built (not trained) to carry a solid colour to the colour's word:
+with it Qwen2.5-Coder-1.5B names the colour of the image.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ from app.engine.errors import ModelLoadError
 from app.engine.generation import GenerationRequest
 from app.engine.sampling import SamplingParams
 from app.engine.vision import IMAGE_POSITION, ImageError, ImageLimits, read_image_part
-from tests.mmproj import TOKENS_PER_IMAGE, jpeg_header_only, png, png_header_only, write_tiny_mmproj
+from tests.mmproj import (
+    TOKENS_PER_IMAGE,
+    jpeg_header_only,
+    png,
+    png_header_only,
+    write_colour_mmproj,
+    write_tiny_mmproj,
+)
 from tests.server_helpers import EngineServer, engine_server
 
 GEMMA_EMBD, QWEN_EMBD = 640, 1536
@@ -325,3 +334,19 @@ def test_a_header_over_the_pixel_limit_is_refused_before_decoding() -> None:
             {"type": "input_image", "image_url": data_uri(png_header_only(2001, 2000))}, "p", LIMITS
         )
     assert caught.value.param == "p"
+
+
+COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}
+
+
+def test_a_built_projector_lets_the_model_name_the_colour(qwen_path: Path, tmp_path: Path) -> None:
+    """Not trained but built (tests/mmproj.write_colour_mmproj): a solid-colour image reaches
+    Qwen2.5-Coder-1.5B as its own embedding of the colour's name, and it answers the question."""
+    projector = write_colour_mmproj(tmp_path / "colour-mmproj.gguf", qwen_path, COLOURS)
+    args = ["--target", str(qwen_path), "--mmproj", str(projector), "--no-draft", "--n-ctx", "1024"]
+    with engine_server(args) as s, httpx.Client(base_url=s.url, timeout=180) as client:
+        for name, rgb in COLOURS.items():
+            for size in ((32, 32), (80, 48)):  # any size: the projector sees a 56x56 resize
+                picture = question(png(*size, rgb), text="What colour is this image? Answer with one word.")
+                answer = ask(client, picture)["choices"][0]["message"]["content"]
+                assert answer.strip().strip(".").lower() == name, (name, size, answer)
