@@ -20,7 +20,7 @@ from app.services.api_server import ApiKeys
 from app.services.engine import READY
 from app.ui.main_window import MainWindow
 from app.ui.transcript import DRAFT_BACKGROUND
-from tests.mmproj import png, write_tiny_mmproj
+from tests.mmproj import png, write_colour_mmproj, write_tiny_mmproj
 
 START_MS = 120_000
 ANSWER_MS = 120_000
@@ -356,12 +356,14 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
 
 
 def test_an_image_dropped_in_the_question_is_sent_and_answered(
-    qtbot: QtBot, store: ChatStore, gemma_path: Path, tmp_path: Path
+    qtbot: QtBot, store: ChatStore, qwen_path: Path, tmp_path: Path
 ) -> None:
-    projector = write_tiny_mmproj(tmp_path / "mmproj.gguf", n_embd=640)  # gemma-3-270m's width
+    # a projector built to carry a solid colour to the colour's word (tests/mmproj.py)
+    colours = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}
+    projector = write_colour_mmproj(tmp_path / "colour-mmproj.gguf", qwen_path, colours)
     window = MainWindow(
         store,
-        ["--target", str(gemma_path), "--mmproj", str(projector), "--ngram", "--n-ctx", "2048"],
+        ["--target", str(qwen_path), "--mmproj", str(projector), "--ngram", "--n-ctx", "2048"],
         n_ctx=2048,
         sampling={"temperature": 0.0, "max_tokens": 16},
         api_port=0,
@@ -378,18 +380,18 @@ def test_an_image_dropped_in_the_question_is_sent_and_answered(
     drop.setUrls([QUrl.fromLocalFile(str(picture))])
     window.input.edit.insertFromMimeData(drop)  # what a drop or a paste of the file hands the box
     assert len(window.input.images) == 1
-    window.input.setPlainText("What colour is this image?")
+    window.input.setPlainText("What colour is this image? Answer with one word.")
     with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
         window.send_button.click()
         body = json.loads(window._stream.body)
     assert done.args[0] == "complete"
     parts = body["messages"][-1]["content"]
-    assert {"type": "text", "text": "What colour is this image?"} in parts
+    assert {"type": "text", "text": "What colour is this image? Answer with one word."} in parts
     uri = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url")
     assert base64.b64decode(uri.removeprefix("data:image/png;base64,")) == picture.read_bytes()
     question, answer = store.messages(window.current)
     assert question.images == [uri]  # kept with the question
-    assert answer.content.strip()
-    assert answer.content.strip()[:10] in window.transcript.toPlainText()
+    assert answer.content.strip().strip(".").lower() == "blue"
+    assert "blue" in window.transcript.toPlainText().lower().split("assistant")[-1]
     assert window.input.images == []  # sent: the box is empty again
     window.close()
