@@ -14,7 +14,7 @@ from PySide6.QtGui import QImage, QImageReader, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
 IMAGE_FORMATS = {b"png": "image/png", b"jpeg": "image/jpeg", b"webp": "image/webp"}
-MAX_IMAGE_BYTES = 20 * 2**20
+MAX_IMAGE_BYTES = 8 * 2**20  # as the engine's default [engine] max_image_bytes
 MAX_IMAGES = 4
 THUMB = 72
 
