@@ -76,10 +76,10 @@ class EngineSettings(Section):
         8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="largest image file taken, in bytes"
     )
     max_image_pixels: int = Field(
-        50_000_000,
+        16_000_000,
         ge=1,
         le=1_000_000_000,
-        description="largest image taken, in pixels (read from its header before decoding)",
+        description="most pixels per request, all its images together (read from headers before decoding)",
     )
     max_images: int = Field(4, ge=1, le=64, description="images taken per request at most")
 

@@ -350,3 +350,13 @@ def test_a_built_projector_lets_the_model_name_the_colour(qwen_path: Path, tmp_p
                 picture = question(png(*size, rgb), text="What colour is this image? Answer with one word.")
                 answer = ask(client, picture)["choices"][0]["message"]["content"]
                 assert answer.strip().strip(".").lower() == name, (name, size, answer)
+
+
+def test_the_pixels_of_all_images_together_are_limited(http: httpx.Client) -> None:
+    big = png(3000, 3000, (10, 20, 30))  # 9 M pixels: one is taken, two are over 16 M together
+    assert ask(http, question(big), max_tokens=1)["usage"]["prompt_tokens_details"]["image_tokens"] == 4
+    response = http.post(CHAT, json={"messages": question(big, big), "max_tokens": 1})
+    assert response.status_code == 400, response.text
+    assert "pixels together" in response.json()["error"]["message"]
+    assert response.json()["error"]["param"] == "messages[0].content[1]"
+    assert ask(http, question(RED), max_tokens=1)["usage"]["prompt_tokens_details"]["image_tokens"] == 4

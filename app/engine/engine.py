@@ -27,6 +27,7 @@ from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
 from app.engine.generation import Chunk, GenerationRequest, StepHook, generate
 from app.engine.policy import DraftPolicy, VerifyCosts, measure_verify_costs
 from app.engine.vision import (
+    IMAGE_POSITION,
     ImageError,
     ImageLimits,
     MediaPrompt,
@@ -217,6 +218,11 @@ class Engine:
             )
         limits = ImageLimits(es.max_image_bytes, es.max_image_pixels, es.max_images)
         read = [read_image_part(part, f"messages[{i}].content[{j}]", limits) for i, j, part in images]
+        # the images of one request are decoded at once: their pixels together stay under the limit
+        if sum(r.width * r.height for r in read) > es.max_image_pixels:
+            raise ImageError(
+                f"the images hold more than {es.max_image_pixels} pixels together", read[-1].param
+            )
         marker = {"type": "text", "text": self.vision.marker}
         at = {(i, j) for i, j, _ in images}
         templated = [
@@ -229,6 +235,9 @@ class Engine:
         if text.count(self.vision.marker) != len(read):
             raise InvalidRequest(f"the text of the messages holds the image marker {self.vision.marker!r}")
         media = self.vision.tokenize(text, read)
+        if media.tokens[-1] == IMAGE_POSITION:  # the answer starts after a text token, never an image
+            media.close()
+            raise InvalidRequest("the prompt ends on an image: put text (or the assistant's turn) after it")
         return Prompt(media.tokens, text, None, media)
 
     # --- generation -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.backends.llama import LlamaBackend
-from app.engine.errors import InvalidRequest, ModelLoadError
+from app.engine.errors import DecodeError, InvalidRequest, ModelLoadError
 
 IMAGE_POSITION = -1  # the token id kept for a position an image fills: never a real token, never reused
 IMAGE_PART_TYPES = ("image_url", "input_image")
@@ -297,8 +297,8 @@ class Vision:
             rc = mtmd.mtmd_helper_eval_chunk_single(
                 self._ctx, lctx, chunk, n_past, 0, target.n_batch, False, ctypes.byref(new_n_past)
             )
-            if rc != 0:
-                raise InvalidRequest(f"libmtmd could not evaluate the image (code {rc})")
+            if rc != 0:  # the server's trouble (memory, batch size), not the request's
+                raise DecodeError(f"libmtmd could not evaluate the image (code {rc})")
             return int(new_n_past.value)
 
         target.decode_external(n_positions, IMAGE_POSITION, run)

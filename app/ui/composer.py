@@ -41,6 +41,8 @@ def image_data_uri(data: bytes, name: str = "the image") -> str:
         raise ImageRefused(f"{name} could not be read: {reader.errorString()}")
     if fmt == b"webp":  # the engine's decoder (llama.cpp's) reads PNG and JPEG, not WebP
         data, fmt = _png(image), b"png"
+        if not data or len(data) > MAX_IMAGE_BYTES:
+            raise ImageRefused(f"{name} as PNG is {len(data) / 2**20:.1f} MiB, over the limit")
     return f"data:{IMAGE_FORMATS[fmt]};base64,{base64.b64encode(data).decode()}"
 
 
