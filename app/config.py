@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import tomllib
 import types
 import typing
@@ -179,16 +178,7 @@ def save_settings(settings: Settings, file: Path | None = None) -> Path:
             lines.append(f"{name} = {_toml_value(value)}")
         lines.append("")
     file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write("\n".join(lines))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    paths.write_atomic(file, "\n".join(lines))
     return file
 
 

@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 
+from app import paths
 from app.catalog.remote import status_message
 
 log = logging.getLogger(__name__)
@@ -549,10 +549,7 @@ def read_manifest(models_dir: Path) -> dict[str, dict]:
 def write_manifest(models_dir: Path, data: dict[str, dict]) -> None:
     """Write the manifest atomically (a crash leaves the old or the new one, never half of it)."""
     models_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", dir=models_dir)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, models_dir / MANIFEST)
+    paths.write_atomic(models_dir / MANIFEST, json.dumps(data, indent=1, sort_keys=True))
 
 
 def manifest_lock(models_dir: Path) -> FileLock:

@@ -23,13 +23,13 @@ from pytestqt.qtbot import QtBot
 
 from app.chats import ChatStore
 from app.config import Settings, load_settings, save_settings
+from app.paths import write_atomic
 from app.ui.dialogs import (
     RESTART_SECTIONS,
     ConversationSettingsDialog,
     DataActions,
     Prompts,
     SettingsDialog,
-    write_atomic,
 )
 
 

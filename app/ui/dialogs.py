@@ -7,7 +7,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 import types
 import typing
@@ -469,31 +468,15 @@ class SettingsDialog(QDialog):
 # --- data: export, import, delete all -----------------------------------------------------------
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`: a crash leaves either
-    the old file or the whole new one, never half of it."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def export_all_json(store: ChatStore, path: Path) -> int:
     """Every conversation to a JSON file (ChatStore's export format); returns how many."""
     data = store.export_json()
-    write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+    paths.write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
     return len(data["conversations"])
 
 
 def export_markdown(store: ChatStore, conversation_id: int, path: Path) -> None:
-    write_atomic(path, store.export_markdown(conversation_id))
+    paths.write_atomic(path, store.export_markdown(conversation_id))
 
 
 class ImportFailed(ValueError):
