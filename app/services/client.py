@@ -43,12 +43,9 @@ class ChatStream(QObject):
             self._reply.abort()
 
     def _read(self) -> None:
-        self._buffer += bytes(self._reply.readAll())
-        while b"\n\n" in self._buffer:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
-            for line in event.decode("utf-8", errors="replace").splitlines():
-                if line.startswith("data:"):
-                    self._event(line[5:].strip())
+        events, self._buffer = sse_data(self._buffer + bytes(self._reply.readAll()))
+        for data in events:
+            self._event(data)
 
     def _event(self, data: str) -> None:
         if data == "[DONE]":
@@ -124,6 +121,17 @@ class JsonReply(QObject):
         reply.deleteLater()
 
 
+def sse_data(buffer: bytes) -> tuple[list[str], bytes]:
+    """The `data:` payloads of the complete server-sent events in `buffer`, and what is left of it."""
+    payloads = []
+    while b"\n\n" in buffer:
+        event, buffer = buffer.split(b"\n\n", 1)
+        for line in event.decode("utf-8", errors="replace").splitlines():
+            if line.startswith("data:"):
+                payloads.append(line[5:].strip())
+    return payloads, buffer
+
+
 class EngineClient(QObject):
     """Requests to one engine (its base URL and bearer token change when the engine restarts)."""
 
@@ -151,9 +159,13 @@ class EngineClient(QObject):
     def delete(self, path: str) -> JsonReply:
         return JsonReply(self._manager.deleteResource(self._request(path)), self)
 
-    def stream_chat(self, messages: list[dict[str, Any]], **params: Any) -> ChatStream:
-        request = self._request("/v1/chat/completions")
+    def post_events(self, path: str, data: bytes) -> QNetworkReply:
+        """POST a JSON body to a route that answers with server-sent events."""
+        request = self._request(path)
         request.setRawHeader(b"Accept", b"text/event-stream")
+        return self._manager.post(request, data)
+
+    def stream_chat(self, messages: list[dict[str, Any]], **params: Any) -> ChatStream:
         body = {
             "messages": messages,
             "stream": True,
@@ -161,6 +173,6 @@ class EngineClient(QObject):
             **{k: v for k, v in params.items() if v is not None},
         }
         data = json.dumps(body).encode()
-        stream = ChatStream(self._manager, self._manager.post(request, data), self)
+        stream = ChatStream(self._manager, self.post_events("/v1/chat/completions", data), self)
         stream.body = data
         return stream

@@ -8,48 +8,24 @@ from __future__ import annotations
 
 import json
 
-from PySide6.QtCore import QObject, QProcess, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
-from app.services.engine import app_command
+from app.services.engine import AppCommand
 
 SCAN_TIMEOUT_MS = 60_000
 
 
-class DeviceScan(QObject):
+class DeviceScan(AppCommand):
     scanned = Signal(dict)  # {"devices": [...], "placement": {...}}
     failed = Signal(str)
 
     def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._proc: QProcess | None = None
-        self._timer = QTimer(self, singleShot=True, interval=SCAN_TIMEOUT_MS, timeout=self._timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None
+        super().__init__(SCAN_TIMEOUT_MS, parent)
 
     def start(self, target: str | None = None) -> None:
-        if self._proc is not None:
-            return
-        program, args = app_command(["devices", "--json", *(["--target", target] if target else [])])
-        proc = QProcess(self)
-        proc.finished.connect(self._finished)
-        self._proc = proc
-        proc.start(program, args)
-        self._timer.start()
+        self._run(["devices", "--json", *(["--target", target] if target else [])])
 
-    def _timeout(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-
-    def _finished(self, code: int, _status: QProcess.ExitStatus) -> None:
-        proc, self._proc = self._proc, None
-        self._timer.stop()
-        if proc is None:
-            return
-        out = bytes(proc.readAllStandardOutput()).decode("utf-8", errors="replace")
-        err = bytes(proc.readAllStandardError()).decode("utf-8", errors="replace").strip()
-        proc.deleteLater()
+    def _result(self, code: int, out: str, err: str) -> None:
         try:
             data = json.loads(out)
         except ValueError:

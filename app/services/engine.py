@@ -33,6 +33,54 @@ def app_command(args: list[str]) -> tuple[str, list[str]]:
     return sys.executable, ["-m", "app", *args]
 
 
+class AppCommand(QObject):
+    """A `python -m app ... --json` command in a child process, killed after `timeout_ms`.
+
+    Device probes load GPU drivers, which may hang or crash: a child keeps that out of the window's
+    process. A subclass starts it with `_run` and reads its output in `_result`."""
+
+    def __init__(self, timeout_ms: int, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._proc: QProcess | None = None
+        self._timer = QTimer(self, singleShot=True, interval=timeout_ms, timeout=self._timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None
+
+    def _run(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        if self._proc is not None:
+            return
+        program, argv = app_command(args)
+        proc = QProcess(self)
+        if env:
+            environment = QProcessEnvironment.systemEnvironment()
+            for key, value in env.items():
+                environment.insert(key, value)
+            proc.setProcessEnvironment(environment)
+        proc.finished.connect(self._finished)
+        self._proc = proc
+        proc.start(program, argv)
+        self._timer.start()
+
+    def _timeout(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+
+    def _finished(self, code: int, _status: QProcess.ExitStatus) -> None:
+        proc, self._proc = self._proc, None
+        self._timer.stop()
+        if proc is None:
+            return
+        out = bytes(proc.readAllStandardOutput()).decode("utf-8", errors="replace")
+        err = bytes(proc.readAllStandardError()).decode("utf-8", errors="replace").strip()
+        proc.deleteLater()
+        self._result(code, out, err)
+
+    def _result(self, code: int, out: str, err: str) -> None:
+        raise NotImplementedError
+
+
 class EngineProcess(QObject):
     """One engine subprocess. Signals carry state changes, READY, log lines and crashes."""
 

@@ -19,21 +19,17 @@ from PySide6.QtCore import (
     QModelIndex,
     QObject,
     QPersistentModelIndex,
-    QProcess,
-    QProcessEnvironment,
     Qt,
-    QTimer,
-    QUrl,
     Signal,
 )
-from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
+from PySide6.QtNetwork import QNetworkReply, QNetworkRequest
 
 from app import hub
 from app.catalog import curated, gguf, pairing
 from app.catalog.library import Library, LocalModel
-from app.services.client import EngineClient
+from app.services.client import EngineClient, sse_data
 from app.services.downloads import DownloadTask
-from app.services.engine import app_command
+from app.services.engine import AppCommand
 
 ModelIndex = QModelIndex | QPersistentModelIndex
 PAIR_ROLE = Qt.ItemDataRole.UserRole
@@ -44,7 +40,7 @@ PAIR_ROLE = Qt.ItemDataRole.UserRole
 FIT_TIMEOUT_MS = 120_000
 
 
-class FitScan(QObject):
+class FitScan(AppCommand):
     """`python -m app models list --json` in a child process: every pair's fit badge, placement and
     per-device summary, exactly as the CLI computes them (the device probes load GPU drivers, which stay
     out of the window's process, as with `DeviceScan`)."""
@@ -53,41 +49,15 @@ class FitScan(QObject):
     failed = Signal(str)
 
     def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._proc: QProcess | None = None
-        self._timer = QTimer(self, singleShot=True, interval=FIT_TIMEOUT_MS, timeout=self._timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None
+        super().__init__(FIT_TIMEOUT_MS, parent)
 
     def start(self, models_dir: Path, catalog: Path | None = None) -> None:
-        if self._proc is not None:
-            return
-        program, args = app_command(["models", "list", "--json"])
-        env = QProcessEnvironment.systemEnvironment()
-        env.insert("FORESIGHT_MODELS__DIR", str(models_dir))
+        env = {"FORESIGHT_MODELS__DIR": str(models_dir)}
         if catalog is not None:
-            env.insert("FORESIGHT_MODELS__CATALOG", str(catalog))
-        proc = QProcess(self)
-        proc.setProcessEnvironment(env)
-        proc.finished.connect(self._finished)
-        self._proc = proc
-        proc.start(program, args)
-        self._timer.start()
+            env["FORESIGHT_MODELS__CATALOG"] = str(catalog)
+        self._run(["models", "list", "--json"], env)
 
-    def _timeout(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-
-    def _finished(self, code: int, _status: QProcess.ExitStatus) -> None:
-        proc, self._proc = self._proc, None
-        self._timer.stop()
-        if proc is None:
-            return
-        out = bytes(proc.readAllStandardOutput()).decode("utf-8", errors="replace")
-        err = bytes(proc.readAllStandardError()).decode("utf-8", errors="replace").strip()
-        proc.deleteLater()
+    def _result(self, code: int, out: str, err: str) -> None:
         try:
             rows = json.loads(out)["pairs"]
         except (ValueError, KeyError, TypeError):
@@ -174,7 +144,27 @@ def read_verdict(target: Path, drafter: Path) -> pairing.Verdict:
 # --- the catalog ---------------------------------------------------------------------------------
 
 
-class CatalogModel(QAbstractTableModel):
+class _Table(QAbstractTableModel):
+    """A flat table of `rows()`, headed by COLUMNS."""
+
+    COLUMNS: tuple[str, ...] = ()
+
+    def rows(self) -> list[Any]:
+        raise NotImplementedError
+
+    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows())
+
+    def columnCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        return None
+
+
+class CatalogModel(_Table):
     """The curated pairs with their fit badge, and the download state of each (one job per pair)."""
 
     COLUMNS = ("Pair", "Download", "Fit on this machine", "State")
@@ -205,16 +195,8 @@ class CatalogModel(QAbstractTableModel):
 
     # model ------------------------------------------------------------------------------------
 
-    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.pairs)
-
-    def columnCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.COLUMNS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return self.COLUMNS[section]
-        return None
+    def rows(self) -> list[curated.Pair]:
+        return self.pairs
 
     def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
@@ -359,7 +341,7 @@ class CatalogModel(QAbstractTableModel):
 # --- the local files -----------------------------------------------------------------------------
 
 
-class LocalModels(QAbstractTableModel):
+class LocalModels(_Table):
     """The GGUF files `Library.scan()` found; `scan()` reads them on a worker thread."""
 
     COLUMNS = ("File", "Size", "Architecture", "Source", "Problem")
@@ -375,16 +357,8 @@ class LocalModels(QAbstractTableModel):
         self.models: list[LocalModel] = []
         self._scan: Background | None = None
 
-    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.models)
-
-    def columnCount(self, parent: ModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.COLUMNS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return self.COLUMNS[section]
-        return None
+    def rows(self) -> list[LocalModel]:
+        return self.models
 
     def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
@@ -442,26 +416,18 @@ class LoadStream(QObject):
 
     def __init__(self, client: EngineClient, body: dict[str, Any], parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._manager = QNetworkAccessManager(self)
-        request = QNetworkRequest(QUrl(f"{client.base_url}/admin/load"))
-        request.setHeader(QNetworkRequest.KnownHeaders.ContentTypeHeader, "application/json")
-        request.setRawHeader(b"Authorization", f"Bearer {client.token}".encode())
-        request.setRawHeader(b"Accept", b"text/event-stream")
         self._buffer = b""
         self._ready: dict[str, Any] | None = None
         self._error = ""
         self._ended = False
-        self._reply = self._manager.post(request, json.dumps(body).encode())
+        self._reply = client.post_events("/admin/load", json.dumps(body).encode())
         self._reply.readyRead.connect(self._read)
         self._reply.finished.connect(self._finished)
 
     def _read(self) -> None:
-        self._buffer += bytes(self._reply.readAll())
-        while b"\n\n" in self._buffer:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
-            for line in event.decode("utf-8", errors="replace").splitlines():
-                if line.startswith("data:"):
-                    self._event(line[5:].strip())
+        events, self._buffer = sse_data(self._buffer + bytes(self._reply.readAll()))
+        for data in events:
+            self._event(data)
 
     def _event(self, data: str) -> None:
         if data == "[DONE]":
