@@ -38,19 +38,10 @@ architecture = "gemma3"
 license = "gemma"
 context_length = 32768
 verified = true
-
-[pair.target]
-repo = "{target}"
-files = ["{file}"]
-size = {size}
-size_exact = true
-sha256 = "{sha}"
-layers = 18
-kv_heads = 1
-head_dim = 256
-
-[pair.drafter]
-repo = "{drafter}"
+"""
+MODEL_TOML = """
+[pair.{role}]
+repo = "{repo}"
 files = ["{file}"]
 size = {size}
 size_exact = true
@@ -72,12 +63,14 @@ def fake_hub(gemma_path: Path) -> Iterator[FakeHub]:
 
 @pytest.fixture
 def catalog_file(tmp_path: Path) -> Path:
-    entries = [
-        PAIR_TOML.format(
-            id=pair_id, target=t, drafter=d, file=GEMMA_FILE, size=GEMMA_270M.size, sha=GEMMA_270M.sha256
-        )
-        for pair_id, (t, d) in PAIR_REPOS.items()
-    ]
+    file = {"file": GEMMA_FILE, "size": GEMMA_270M.size, "sha": GEMMA_270M.sha256}
+    entries = []
+    for pair_id, (target, drafter) in PAIR_REPOS.items():
+        entries.append(PAIR_TOML.format(id=pair_id))
+        entries += [
+            MODEL_TOML.format(role=role, repo=repo, **file)
+            for role, repo in (("target", target), ("drafter", drafter))
+        ]
     path = tmp_path / "pairs.toml"
     path.write_text("schema = 1\n" + "".join(entries))
     return path

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -180,18 +181,10 @@ class ConversationSettingsDialog(QDialog):
             self.fields[name] = edit
         self.error = QLabel(wordWrap=True, styleSheet=ERROR_STYLE)
         self.error.hide()
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Save
-            | QDialogButtonBox.StandardButton.Cancel
-            | QDialogButtonBox.StandardButton.RestoreDefaults
+        buttons, self.save_button, self.defaults_button = _save_cancel_defaults(
+            self, "Empty every sampling field (the system prompt stays)", self.use_app_defaults
         )
-        self.save_button = buttons.button(QDialogButtonBox.StandardButton.Save)
-        self.defaults_button = buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
         self.defaults_button.setText("Use app defaults")
-        self.defaults_button.setToolTip("Empty every sampling field (the system prompt stays)")
-        self.defaults_button.clicked.connect(self.use_app_defaults)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.error)
@@ -390,17 +383,9 @@ class SettingsDialog(QDialog):
         self.note = QLabel(note, wordWrap=True)
         self.error = QLabel(problem, wordWrap=True, styleSheet=ERROR_STYLE)
         self.error.setVisible(bool(problem))
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Save
-            | QDialogButtonBox.StandardButton.Cancel
-            | QDialogButtonBox.StandardButton.RestoreDefaults
+        buttons, self.save_button, self.defaults_button = _save_cancel_defaults(
+            self, "Put every field back to its default (nothing is saved until Save)", self.restore_defaults
         )
-        self.save_button = buttons.button(QDialogButtonBox.StandardButton.Save)
-        self.defaults_button = buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
-        self.defaults_button.setToolTip("Put every field back to its default (nothing is saved until Save)")
-        self.defaults_button.clicked.connect(self.restore_defaults)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.note)
         layout.addWidget(self.tabs, 1)
@@ -676,3 +661,20 @@ class DataActions(QObject):
         self.deletedAll.emit()
         self.storeChanged.emit()
         return True
+
+
+def _save_cancel_defaults(
+    dialog: QDialog, defaults_tip: str, on_defaults: Any
+) -> tuple[QDialogButtonBox, QPushButton, QPushButton]:
+    """Save, Cancel and a defaults button wired to the dialog: (the box, Save, the defaults button)."""
+    buttons = QDialogButtonBox(
+        QDialogButtonBox.StandardButton.Save
+        | QDialogButtonBox.StandardButton.Cancel
+        | QDialogButtonBox.StandardButton.RestoreDefaults
+    )
+    defaults = buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
+    defaults.setToolTip(defaults_tip)
+    defaults.clicked.connect(on_defaults)
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    return buttons, buttons.button(QDialogButtonBox.StandardButton.Save), defaults
