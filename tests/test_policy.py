@@ -219,3 +219,36 @@ def test_a_short_lookup_in_a_wide_stretch_is_padded_not_a_detour() -> None:
         p.observe(16, 16, 0.0051, 0.0, width=17)
     p.set_match(40)
     assert p.choose(available=3) == 16  # three real tokens, padded: the width and its graph stay
+
+
+def _excursion(p: DraftPolicy, accepted: int) -> None:
+    """A plain stretch, one 16-token lookup draft keeping `accepted`, and back to plain steps."""
+    for _ in range(3):
+        p.observe(0, 0, 0.00198, 0.0)
+    p.observe(16, accepted, 0.0068, 0.0, width=17)
+    p.observe(0, 0, 0.0035, 0.0)
+
+
+def test_an_answer_that_shares_only_phrases_stops_its_excursions_and_a_copy_does_not() -> None:
+    # A chat answer in Markdown lists repeats its own phrases: the lookup foresees most tokens (a
+    # "copy" by density) and its first drafted token is often right, but each draft keeps two or three.
+    chat = _gpu_policy()
+    chat.begin_request()
+    chat.observe_foreseen([True] * 30)
+    chat.set_match(4)
+    assert chat.choose(available=16) == 16  # nothing says otherwise yet
+    for accepted in (2, 3, 1):
+        _excursion(chat, accepted)
+    assert chat.goes_on() < 0.75
+    chat.set_match(4)
+    assert chat.choose(available=16) == 0
+    # A real copy in the next answer starts from the priors again, and goes on.
+    chat.begin_request()
+    chat.observe_foreseen([True] * 30)
+    chat.set_match(4)
+    assert chat.choose(available=16) == 16
+    for _ in range(5):
+        chat.observe(16, 16, 0.0051, 0.0, width=17)
+        chat.set_match(32)
+        assert chat.choose(available=16) == 16
+    assert chat.goes_on() > 0.95

@@ -262,7 +262,7 @@ def generate(
         if use_draft:
             assert drafter is not None
             assert policy is not None
-            if draft:  # only a drafted step can leave rejected tokens in the drafter's cache
+            if draft and not free_drafter:  # only a drafter model caches what a step may reject
                 drafter.sync(committed + step_tokens)
             else:
                 shadow.check(step_tokens[0], policy)

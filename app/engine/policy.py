@@ -54,6 +54,7 @@ _PROBE_BUDGET = 0.1
 # so a short excursion into drafting and back rarely pays).
 _RUN_PRIOR = 4.0
 _RUN_EMA = 0.2
+_RUN_PRIOR_WEIGHT = 0.5
 # A draft accepted whole from this length on starts a run ("hot"): prose shares a word or two with
 # its context by chance (measured: chat with n-gram lookups on an H200 lost 3-15% at 2).
 _HOT_RUN = 3
@@ -71,7 +72,13 @@ COPY_WINDOW = 16
 COPY_DENSE = 0.6
 COPY_START = 4
 # In a copy the first drafted token is the question; once it is taken the source usually goes on.
+# How often it went on is learned per answer, pooled over every lookup's draft (each match class sees
+# too few drafts to learn it alone): an answer that only shares phrases with its context (a chat
+# answer in Markdown lists) keeps two or three tokens of each draft, and on an H200 a 16-token
+# excursion and back must keep about four to pay (bench-ngram-chat.jsonl in docs/bench).
 _COPY_GOES_ON = 0.9
+_GOES_ON_WEIGHT = 4.0
+FLOOR_K = 8.0
 
 
 @dataclass
@@ -221,7 +228,11 @@ class DraftPolicy:
         self.hot = 0
         self.match_class: int | None = None  # the state of the lookup draft at hand
         self._copied: deque[bool] = deque(maxlen=COPY_WINDOW)  # last tokens: foreseen by the lookup?
+        self._n_copied = 0  # how many of those are True (kept as the window slides, not summed per step)
         self._seen = 0  # tokens of this answer
+        self._goes_on = [0.0, 0.0]  # this answer's lookup drafts: positions after the first kept, tried
+        # this answer's drafting stretches begun by a lookup, in a copy and in prose: passes, stretches
+        self._lookup_runs = [[0.0, 0.0], [0.0, 0.0]]
         self.host_s = 0.0
         self.width = 1  # width of the last target pass (1: a plain step; 0: a prompt's prefill)
         self._run = 0  # passes of that width in a row
@@ -243,7 +254,10 @@ class DraftPolicy:
         self._grace = False
         self.width, self._run, self._regime_run = 0, 0, 0
         self._copied.clear()
+        self._n_copied = 0
         self._seen = 0
+        self._goes_on = [0.0, 0.0]
+        self._lookup_runs = [[0.0, 0.0], [0.0, 0.0]]
         for state in range(2, len(self.hits)):
             self.hits[state] = [0.0] * self.max_draft
             self.tries[state] = [0.0] * self.max_draft
@@ -258,10 +272,20 @@ class DraftPolicy:
         A lookup's stretch goes on while its drafts are taken: with a chance a of the first drafted
         token being right, 1 / (1 - a) passes. A drafter model's: the running mean of past stretches.
         """
-        if self._kind() != 1:
-            return self.expected_runs[self._kind()]
+        kind = self._kind()
+        if kind == 0:
+            return self.expected_runs[0]
+        # A lookup's stretches: no longer than this answer's have lasted so far (an answer that shares
+        # only phrases with its context takes one draft and is back to plain steps).
+        passes, stretches = self._lookup_runs[kind - 1]
+        # the prior: in a copy a fixed hope (a copy in one answer says little about the next); in prose,
+        # how long prose stretches have lasted over earlier answers
+        prior = _RUN_PRIOR if kind == 1 else self.expected_runs[2]
+        so_far = (passes + prior * _RUN_PRIOR_WEIGHT) / (stretches + _RUN_PRIOR_WEIGHT)
+        if kind == 2:
+            return so_far
         first = self.acceptance()[0]
-        return min(1.0 / max(1.0 - first, 1e-3), float(self.max_draft))
+        return min(1.0 / max(1.0 - first, 1e-3), float(self.max_draft), so_far)
 
     def _kind(self) -> int:
         if self.match_class is None:
@@ -274,7 +298,7 @@ class DraftPolicy:
             # Optimism pays only where a plain start is no cheaper than a wide one (after a prefill a
             # GPU captures its graph anew either way); on a CPU every drafted token costs its share.
             return self.costs.switch is not None
-        return sum(self._copied) >= COPY_DENSE * len(self._copied)
+        return self._n_copied >= COPY_DENSE * len(self._copied)
 
     def set_match(self, length: int) -> None:
         """The draft at hand is a lookup whose last `length` tokens matched its source."""
@@ -283,7 +307,11 @@ class DraftPolicy:
 
     def observe_foreseen(self, foreseen: list[bool]) -> None:
         """Per token the last step added: whether the lookup's draft (made or not) had it there."""
-        self._copied.extend(foreseen)
+        for flag in foreseen:
+            if len(self._copied) == COPY_WINDOW:
+                self._n_copied -= self._copied[0]
+            self._copied.append(flag)
+            self._n_copied += flag
         self._seen += len(foreseen)
 
     def acceptance(self, state: int | None = None) -> list[float]:
@@ -302,12 +330,21 @@ class DraftPolicy:
             length = MATCH_CLASSES[state - 2 - len(MATCH_CLASSES)]
             prior = length / (length + 2.0)
         out = []
+        goes_on = self.goes_on()
+        # where the answer's drafts have not gone on, a long match still may: m / (m + 2) for a match of m
+        length = MATCH_CLASSES[(state - 2) % len(MATCH_CLASSES)] if state >= 2 else 0
+        floor = length / (length + 2.0)
         for h, t in zip(self.hits[state], self.tries[state], strict=True):
             prior = (h + prior * _PRIOR_WEIGHT) / (t + _PRIOR_WEIGHT)
             out.append(prior)
             if 2 <= state < 2 + len(MATCH_CLASSES):
-                prior = max(prior, _COPY_GOES_ON)
+                prior = max(prior, goes_on) if goes_on >= _COPY_GOES_ON else max(goes_on, floor)
         return out
+
+    def goes_on(self) -> float:
+        """This answer's chance that a lookup's draft goes on once a position of it was kept."""
+        kept, tried = self._goes_on
+        return (kept + _COPY_GOES_ON * _GOES_ON_WEIGHT) / (tried + _GOES_ON_WEIGHT)
 
     def _pass_seconds(self, width: int) -> float:
         """A target pass of `width` tokens now: steady cost, plus a share of the switch penalty.
@@ -459,6 +496,8 @@ class DraftPolicy:
             self.hits[state][i] += 1.0 if i < accepted else 0.0
             self.tries[state][i] += 1.0
         if state >= 2:  # a lookup: the next draft's own match length says how it stands
+            self._goes_on[0] += max(0, min(accepted, drafted) - 1)
+            self._goes_on[1] += min(accepted, drafted - 1)
             return
         self._grace = state == 1 and accepted < drafted
         self.hot = int(accepted == drafted >= _HOT_RUN)  # a word or two in common is no run
@@ -478,6 +517,9 @@ class DraftPolicy:
             if self.width > 1:  # a drafting stretch ended
                 kind = self._run_kind
                 self.expected_runs[kind] += _RUN_EMA * (self._regime_run - self.expected_runs[kind])
+                if kind > 0:
+                    self._lookup_runs[kind - 1][0] += self._regime_run
+                    self._lookup_runs[kind - 1][1] += 1
             else:
                 self._run_kind = self._kind()
             self._regime_run = 1
