@@ -31,6 +31,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         "n_batch",
         "n_threads",
         "device",
+        "backend",
         "draft_device",
         "gpu_layers",
         "tensor_split",
@@ -89,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--shapes", action="store_true", help="only time verify passes by width (steady and alternating)"
+    )
+    bench.add_argument(
+        "--backends",
+        default="",
+        help="compare backends on the target instead (e.g. llama,native): decode tok/s, verify cost, GB/s",
+    )
+    bench.add_argument(
+        "--bandwidth", type=float, default=4800.0, help="the GPU's memory bandwidth in GB/s (--backends)"
     )
 
     serve = sub.add_parser("serve", help="the engine process: an OpenAI-compatible HTTP API (READY port=<n>)")
@@ -220,6 +229,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts = [p for p in prompts if p["name"] in wanted or p.get("kind") in wanted]
         if not prompts:
             raise SystemExit(f"no prompt in {args.prompts} is named or of kind {args.only!r}")
+    if args.backends:
+        from app.backend_bench import compare
+        from app.catalog.packaged import resolve_model
+
+        backends = [b for b in args.backends.split(",") if b]
+        if any(b not in ("llama", "native") for b in backends):
+            raise SystemExit(f"--backends: llama and/or native, got {args.backends!r}")
+        compare(Path(resolve_model(args.target)), backends, args.tokens, args.json, args.bandwidth)
+        return 0
     with _engine(args) as engine:
         if args.shapes:
             from app.bench import shape_profile

@@ -59,6 +59,11 @@ class EngineSettings(Section):
     n_batch: int = Field(512, ge=32, le=8192, description="prompt tokens evaluated per llama_decode call")
     n_threads: int = Field(0, ge=0, le=512, description="CPU threads (0: physical cores)")
     device: str = Field("auto", description="auto, cpu, or gpu (all layers on the GPU backend)")
+    backend: Literal["auto", "llama", "native"] = Field(
+        "auto",
+        description="target runner: llama.cpp, or our own GPU kernels (auto: native where the GPU, "
+        "architecture and weight types allow, else llama.cpp)",
+    )
     draft_device: str = Field("auto", description="device of the drafter model: auto, cpu or gpu")
     gpu_layers: int = Field(-1, ge=-1, le=1024, description="layers offloaded on a GPU device (-1: all)")
     tensor_split: list[float] | None = Field(None, description="share of the target per GPU, e.g. 3,1")

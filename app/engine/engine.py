@@ -12,6 +12,7 @@ from typing import Any
 from app import paths
 from app.config import Settings
 from app.engine.backends.llama import LlamaBackend
+from app.engine.backends.native import NativeBackend, native_support
 from app.engine.chat import ChatFormat
 from app.engine.drafters import (
     CrossVocabDrafter,
@@ -70,17 +71,8 @@ class Engine:
         es, ds = self.settings.engine, self.settings.draft
         report = progress or (lambda stage: None)
         report("loading target")
-        self.target = LlamaBackend(
-            target,
-            n_ctx=es.n_ctx,
-            n_batch=es.n_batch,
-            n_threads=es.n_threads,
-            device=es.device,
-            gpu_layers=es.gpu_layers,
-            tensor_split=es.tensor_split,
-            device_argmax=es.device_argmax,
-            flash_attn=es.flash_attn,
-        )
+        self.backend_reason = ""
+        self.target = self._load_target(Path(target))
         self.draft_model: LlamaBackend | None = None
         self.draft_chat: ChatFormat | None = None
         self.vocab_verdict: VocabVerdict | None = None
@@ -119,12 +111,59 @@ class Engine:
             self.close()
             raise
 
+    def _load_target(self, path: Path) -> Any:
+        """The target on the backend the settings ask for; `auto` takes the native one where it can run."""
+        es = self.settings.engine
+        native_reason = self._native_refusal(path)
+        if es.backend == "native" and native_reason:
+            raise ModelLoadError(f"the native backend cannot run {path.name}: {native_reason}")
+        if es.backend != "llama" and not native_reason:
+            try:
+                target = NativeBackend(path, n_ctx=es.n_ctx)
+            except ModelLoadError as exc:
+                if es.backend == "native":
+                    raise
+                native_reason = str(exc)
+            else:
+                self.backend_reason = "our kernels run this model on this GPU"
+                return target
+        if es.backend == "auto":
+            self.backend_reason = f"llama.cpp: {native_reason}"
+        elif es.backend == "llama":
+            self.backend_reason = "llama.cpp, as the settings ask"
+        return LlamaBackend(
+            path,
+            n_ctx=es.n_ctx,
+            n_batch=es.n_batch,
+            n_threads=es.n_threads,
+            device=es.device,
+            gpu_layers=es.gpu_layers,
+            tensor_split=es.tensor_split,
+            device_argmax=es.device_argmax,
+            flash_attn=es.flash_attn,
+        )
+
+    def _native_refusal(self, path: Path) -> str | None:
+        """Why the native backend cannot take this target with these settings (None: it can)."""
+        es = self.settings.engine
+        if es.backend == "llama":
+            return "not asked for"
+        if es.device == "cpu":
+            return "the settings ask for the CPU"
+        if es.mmproj:
+            return "images go through libmtmd, which needs the model in llama.cpp"
+        if es.tensor_split or es.gpu_layers != -1:
+            return "a split or partial offload of the model"
+        return native_support(path)
+
     def _cost_key(self) -> str:
         t = self.target
         st = t.path.stat()
         argmax = "dev" if t.supports_device_argmax else "host"
         # where the layers sit changes the verify costs: partial offload, a pinned GPU, a split
         place = f"{t.facts.device}{t.main_gpu}:{t.facts.gpu_layers}l:{t.tensor_split or ''}"
+        if isinstance(t, NativeBackend):
+            place = f"native:{place}"
         fa = self.settings.engine.flash_attn
         return f"{t.path.name}:{st.st_size}:{place}:{t.n_threads}t:{t.n_batch}b:{argmax}:fa-{fa}"
 
@@ -280,6 +319,8 @@ class Engine:
                 "main_gpu": t.main_gpu,
                 "tensor_split": t.tensor_split,
                 "threads": t.n_threads,
+                "backend": "native" if isinstance(t, NativeBackend) else "llama",
+                "backend_reason": self.backend_reason,
             },
             "chat_template": self.chat.source,
             "capabilities": {

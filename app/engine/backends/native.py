@@ -1,0 +1,361 @@
+"""Native backend: the forward pass of app.engine.reference on our kernels (native/), each step a CUDA graph.
+
+The model runs as reference.py specifies it, op for op: GGUF blocks are read straight by the GEMV kernels,
+the KV cache is f16 (as llama.cpp's), and a pass of width n (1..max_width tokens) is recorded once as a
+CUDA graph and replayed: only the token ids and positions are copied in before a replay, and the argmax
+ids (or the rows of logits asked for) copied out after. On HIP the same launches run without a graph.
+Tokenizer and chat template come from llama.cpp, which reads the file's vocabulary and no weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.engine import kernels, ops, qmatmul
+from app.engine.backends.base import ModelFacts
+from app.engine.backends.llama import LlamaVocab, _kv_bytes_per_token, _Vocabulary, read_model_header
+from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
+from app.engine.kernels import KernelError, is_hip
+from app.engine.reference import ModelConfig, ReferenceModel
+
+log = logging.getLogger("foresight.native")
+
+# Widest pass: a verify of 16 drafts is 17 tokens; prompts go through in passes of this many tokens.
+MAX_WIDTH = 32
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
+def gpu_available() -> str | None:
+    """None when CuPy sees a GPU, else why not."""
+    try:
+        cupy = _cupy()
+    except ImportError:
+        return "CuPy is not installed (pip install 'foresight[cuda12]', cuda13 or rocm)"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # a driver without a device raises a CUDA error
+        return f"CuPy finds no GPU: {exc}"
+    return None if count > 0 else "CuPy finds no GPU"
+
+
+def native_support(path: str | Path) -> str | None:
+    """None when the native backend can run this model file here, else the reason it cannot."""
+    reason = gpu_available()
+    if reason:
+        return reason
+    try:
+        header = read_model_header(Path(path))
+        config = ModelConfig.from_header(header)
+    except (ModelLoadError, ValueError) as exc:
+        return str(exc)
+    if config.head_dim not in ops.ATTN_HEAD_DIMS:
+        return f"head size {config.head_dim} (the attention kernels take {ops.ATTN_HEAD_DIMS})"
+    if config.logit_softcap:
+        return "final logit softcapping"
+    for t in header.tensors:
+        if len(t.shape) == 2 and t.type_id not in qmatmul.TYPES:
+            return f"tensor {t.name} is {qmatmul.type_name(t.type_id)}, which the kernels do not read"
+    return None
+
+
+class NativeBackend(_Vocabulary):
+    """One model on one GPU, run by our kernels; a single sequence, as LlamaBackend."""
+
+    backend_name = "native"
+
+    def __init__(
+        self, path: str | Path, *, n_ctx: int = 4096, max_width: int = MAX_WIDTH, graphs: bool = True
+    ):
+        self.path = Path(path)
+        reason = native_support(self.path)
+        if reason:
+            raise ModelLoadError(f"the native backend cannot run {self.path.name}: {reason}")
+        cupy = _cupy()
+        self.header = read_model_header(self.path)
+        self.model = ReferenceModel(self.path)
+        c = self.config = self.model.config
+        self.n_ctx = int(n_ctx)
+        self.n_batch = self.max_width = int(max_width)
+        self.n_threads = 0
+        self.main_gpu = int(cupy.cuda.Device().id)
+        self.tensor_split = None
+        self.supports_device_argmax = True
+        self._graphs_on = graphs and not is_hip()
+        self._vocab_owner = LlamaVocab(self.path)
+        self._vocab_p = self._vocab_owner._vocab_p
+        self._init_vocabulary()
+        self.n_vocab = c.n_vocab
+        self.vocab = self._vocab_info(self.n_vocab)
+        self.chat_template = self.header.chat_template
+        self.kv_tokens: list[int] = []
+        self._graphs: dict[tuple[int, bool], Any] = {}
+        try:
+            self._upload()
+            self._allocate()
+        except (KernelError, MemoryError, cupy.cuda.memory.OutOfMemoryError) as exc:
+            self.close()
+            raise ModelLoadError(f"the native backend could not load {self.path.name}: {exc}") from exc
+        n_params = sum(math.prod(t.shape) for t in self.header.tensors)
+        self.facts = ModelFacts(
+            path=str(self.path),
+            architecture=c.architecture,
+            name=self.header.name or self.path.stem,
+            n_params=int(n_params),
+            weights_bytes=self.weights_bytes,
+            kv_bytes_per_token=_kv_bytes_per_token(self.header),
+            n_ctx_train=int(self.header.get("{arch}.context_length", 0) or 0),
+            n_layer=c.n_layer,
+            device="gpu",
+            gpu_layers=c.n_layer,
+        )
+        gpu_name = cupy.cuda.runtime.getDeviceProperties(self.main_gpu)["name"].decode()
+        self.device_reason = f"native kernels on GPU {self.main_gpu} ({gpu_name})"
+        log.info(
+            "loaded %s natively (%s, %.0f MB), n_ctx=%d",
+            self.path.name,
+            c.architecture,
+            self.weights_bytes / 1e6,
+            self.n_ctx,
+        )
+
+    # --- load ------------------------------------------------------------------------------------------
+    def _upload(self) -> None:
+        cupy = _cupy()
+        c = self.config
+        self.weights: dict[str, qmatmul.DeviceWeight] = {}
+        self.vectors: dict[str, Any] = {}
+        for t in self.header.tensors:
+            raw, ggml_type, shape = self.model.raw(t.name)
+            if len(shape) == 2:
+                self.weights[t.name] = qmatmul.DeviceWeight(raw, ggml_type, (shape[0], shape[1]), t.name)
+            else:
+                self.vectors[t.name] = cupy.asarray(self.model.weight(t.name), dtype=cupy.float32)
+        self.output = self.weights["token_embd.weight" if c.tied_output else "output.weight"]
+        self.weights_bytes = sum(w.nbytes for w in self.weights.values()) + sum(
+            int(v.nbytes) for v in self.vectors.values()
+        )
+
+    def _allocate(self) -> None:
+        cupy = _cupy()
+        c, w = self.config, self.max_width
+        f32 = cupy.float32
+        self.ids = cupy.zeros(w, dtype=cupy.int32)
+        self.pos = cupy.zeros(w, dtype=cupy.int32)
+        self.x = cupy.zeros((w, c.n_embd), dtype=f32)  # the residual stream
+        self.h = cupy.zeros((w, c.n_embd), dtype=f32)
+        self.o = cupy.zeros((w, c.n_embd), dtype=f32)
+        self.q = cupy.zeros((w, c.n_head * c.head_dim), dtype=f32)
+        self.k = cupy.zeros((w, c.n_head_kv * c.head_dim), dtype=f32)
+        self.v = cupy.zeros((w, c.n_head_kv * c.head_dim), dtype=f32)
+        self.attn = cupy.zeros((w, c.n_head * c.head_dim), dtype=f32)
+        self.gate = cupy.zeros((w, c.n_ff), dtype=f32)
+        self.up = cupy.zeros((w, c.n_ff), dtype=f32)
+        self.logits = cupy.zeros((w, c.n_vocab), dtype=f32)
+        self.best = cupy.zeros(w, dtype=cupy.int32)
+        self.cache = ops.KVCache(c.n_layer, self.n_ctx, c.n_head_kv, c.head_dim)
+        self.workspace = ops.Workspace(max_rows=w, n_head=c.n_head, head_dim=c.head_dim, vocab=c.n_vocab)
+        self._host_in = np.zeros(2 * w, dtype=np.int32)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    # --- the forward pass ------------------------------------------------------------------------------
+    def _linear(self, x: Any, name: str, out: Any, accumulate: bool = False) -> None:
+        qmatmul.matmul(x, self.weights[f"{name}.weight"], out, self.vectors.get(f"{name}.bias"), accumulate)
+
+    def _forward(self, n: int, logits: bool) -> None:
+        """One pass over ids[:n] at positions pos[:n]: KV stored, then logits (or nothing) for every row."""
+        c, vec = self.config, self.vectors
+        eps, hd = c.rms_eps, c.head_dim
+        ids, pos = self.ids[:n], self.pos[:n]
+        x, h, o = self.x[:n], self.h[:n], self.o[:n]
+        q = self.q[:n].reshape(n, c.n_head, hd)
+        k = self.k[:n].reshape(n, c.n_head_kv, hd)
+        v = self.v[:n].reshape(n, c.n_head_kv, hd)
+        attn = self.attn[:n]
+        gate, up = self.gate[:n], self.up[:n]
+        factors = vec.get("rope_freqs.weight")
+        qmatmul.get_rows(self.weights["token_embd.weight"], ids, x)
+        if c.embed_scale != 1.0:
+            ops.scale(x, c.embed_scale, x)
+        for il in range(c.n_layer):
+            p = f"blk.{il}"
+            ops.rms_norm(x, vec[f"{p}.attn_norm.weight"], h, eps)
+            self._linear(h, f"{p}.attn_q", self.q[:n])
+            self._linear(h, f"{p}.attn_k", self.k[:n])
+            self._linear(h, f"{p}.attn_v", self.v[:n])
+            if c.qk_norm:
+                ops.rms_norm_heads(q, vec[f"{p}.attn_q_norm.weight"], q, eps)
+                ops.rms_norm_heads(k, vec[f"{p}.attn_k_norm.weight"], k, eps)
+            base, scale = c.rope_for(il)
+            ops.rope_qk(q, k, pos, base, c.rope_neox, scale, c.n_rot, factors)
+            ops.kv_store(k, v, pos, self.cache.k[il], self.cache.v[il])
+            window = c.sliding_window if c.swa_layers[il] else 0
+            ops.attention(
+                q,
+                self.cache.k[il],
+                self.cache.v[il],
+                pos,
+                c.attn_scale,
+                attn.reshape(n, c.n_head, hd),
+                self.workspace,
+                window,
+            )
+            if c.post_norms:
+                self._linear(attn, f"{p}.attn_output", o)
+                ops.rms_norm(o, vec[f"{p}.post_attention_norm.weight"], o, eps)
+                ops.add(x, o, x)
+            else:
+                self._linear(attn, f"{p}.attn_output", x, accumulate=True)
+            ops.rms_norm(x, vec[f"{p}.ffn_norm.weight"], h, eps)
+            self._linear(h, f"{p}.ffn_gate", gate)
+            self._linear(h, f"{p}.ffn_up", up)
+            (ops.gelu_tanh_gate if c.gelu else ops.silu_gate)(gate, up, gate)
+            if c.post_norms:
+                self._linear(gate, f"{p}.ffn_down", o)
+                ops.rms_norm(o, vec[f"{p}.post_ffw_norm.weight"], o, eps)
+                ops.add(x, o, x)
+            else:
+                self._linear(gate, f"{p}.ffn_down", x, accumulate=True)
+        if logits:
+            ops.rms_norm(x, vec["output_norm.weight"], h, eps)
+            qmatmul.matmul(h, self.output, self.logits[:n])
+            ops.argmax(self.logits[:n], self.best[:n], self.workspace)
+
+    def _run(self, tokens: list[int], start: int, logits: bool) -> None:
+        """Copy ids and positions in, then replay (or record) the pass of this width on our stream."""
+        n = len(tokens)
+        host = self._host_in
+        host[:n] = tokens
+        host[n : 2 * n] = np.arange(start, start + n, dtype=np.int32)
+        with self.stream:
+            self.ids[:n].set(host[:n], stream=self.stream)
+            self.pos[:n].set(host[n : 2 * n], stream=self.stream)
+            key = (n, logits)
+            graph = self._graphs.get(key)
+            if graph is not None:
+                graph.launch(self.stream)
+                return
+            # The first pass of a width runs the launches themselves (compiling what is new), then the
+            # same launches are recorded for every later pass of that width.
+            self._forward(n, logits)
+            if self._graphs_on:
+                self.stream.synchronize()
+                self.stream.begin_capture()
+                try:
+                    self._forward(n, logits)
+                finally:
+                    self._graphs[key] = self.stream.end_capture()
+
+    def _decode(self, tokens: list[int], logits_from: int) -> int:
+        """Run tokens through the model; returns the row (in the last pass) where logits start."""
+        n = len(tokens)
+        if n == 0 or not 0 <= logits_from < n:
+            raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
+        start = len(self.kv_tokens)
+        if start + n > self.n_ctx:
+            raise ContextLengthExceeded(f"{start + n} tokens do not fit the context of {self.n_ctx} tokens")
+        w = self.max_width
+        last = (n - 1) // w * w
+        if logits_from < last:
+            raise ValueError(f"logits requested for row {logits_from}, before the last pass at {last}")
+        try:
+            for chunk in range(0, n, w):
+                self._run(tokens[chunk : chunk + w], start + chunk, logits=chunk == last)
+        except Exception as exc:  # a kernel refused, or the device failed: the pass did not happen
+            self._graphs.clear()
+            raise DecodeError(f"native pass failed: {exc}") from exc
+        self.kv_tokens.extend(tokens)
+        return logits_from - last
+
+    def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
+        row = self._decode(tokens, logits_from)
+        rows = len(tokens) - logits_from
+        out = self.logits[row : row + rows].get(stream=self.stream)
+        self.stream.synchronize()
+        return out
+
+    def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
+        row = self._decode(tokens, logits_from)
+        rows = len(tokens) - logits_from
+        out = self.best[row : row + rows].get(stream=self.stream)
+        self.stream.synchronize()
+        return out.tolist()
+
+    def profile(self, width: int = 1, repeats: int = 20) -> dict[str, Any]:
+        """Where a pass of `width` tokens spends its time: device time per kernel (eager launches, timed
+        by events), the sum of those, a graph replay of the same pass, and an eager pass's wall time
+        (host-bound: the Python cost of each launch). The cache must hold a prefix; nothing is kept."""
+        import time
+
+        cupy = _cupy()
+        n_keep = len(self.kv_tokens)
+        tokens = (self.kv_tokens or [0])[-width:] * (width // max(len(self.kv_tokens), 1) + 1)
+        tokens = tokens[:width]
+        self.decode_argmax(tokens, 0)  # records the graph of this width
+        self.rollback(n_keep)
+        with self.stream:
+            with kernels.LaunchProfile() as prof:
+                self._forward(width, True)
+            self.stream.synchronize()
+            kernel_ms = prof.by_kernel()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                self._forward(width, True)
+            self.stream.synchronize()
+            eager_ms = (time.perf_counter() - t0) * 1e3 / repeats
+            graph = self._graphs.get((width, True))
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            for _ in range(repeats):
+                if graph is not None:
+                    graph.launch(self.stream)
+                else:
+                    self._forward(width, True)
+            end.record()
+            end.synchronize()
+            replay_ms = cupy.cuda.get_elapsed_time(start, end) / repeats
+        total = sum(ms for _, ms in kernel_ms.values())
+        return {
+            "width": width,
+            "kernels": {
+                k: {"launches": c, "ms": round(ms, 4)}
+                for k, (c, ms) in sorted(kernel_ms.items(), key=lambda i: -i[1][1])
+            },
+            "kernel_ms": round(total, 4),
+            "launches": sum(c for c, _ in kernel_ms.values()),
+            "graph_replay_ms": round(replay_ms, 4),
+            "eager_ms": round(eager_ms, 4),
+        }
+
+    def rollback(self, n_keep: int) -> None:
+        # Attention reads no cached row past a query's own position, so later passes store over the rest.
+        if n_keep < len(self.kv_tokens):
+            del self.kv_tokens[max(n_keep, 0) :]
+
+    def kv_pos_max(self) -> int:
+        return len(self.kv_tokens) - 1
+
+    def close(self) -> None:
+        self._graphs.clear()
+        for name in ("weights", "vectors", "cache", "workspace", "logits"):
+            if hasattr(self, name):
+                delattr(self, name)
+        owner = getattr(self, "_vocab_owner", None)
+        if owner is not None:
+            owner.close()
+            self._vocab_owner = None
+
+    def __enter__(self) -> NativeBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
