@@ -59,7 +59,8 @@ __device__ __forceinline__ float fs_warp_max(float v) {
     return v;
 }
 
-// Sum over a whole block of blockDim.x threads (a multiple of the warp size, at most 1024).
+// Sum over a whole one-dimensional block of blockDim.x threads (a multiple of the warp size, at most
+// 1024): lanes and warps are numbered by threadIdx.x alone, so a 2-D block gives wrong sums.
 // `scratch` holds at least 32 floats of shared memory; every thread gets the total.
 __device__ __forceinline__ float fs_block_sum(float v, float* scratch) {
     const int lane = threadIdx.x % FS_WARP;

@@ -1,0 +1,39 @@
+// RMSNorm over rows: out = x / sqrt(mean(x^2) + eps) * weight, optionally on the sum x + residual (which is
+// written back to the residual stream). The per-head q/k norms of Gemma3 and Qwen3 are the same kernel on
+// rows of head_dim ([n, heads, head_dim] seen as [n * heads, head_dim], one weight of head_dim).
+// Gemma's norm weights already hold the +1 in GGUF, so no variant adds it here.
+//
+// One block per row; blockDim.x a multiple of 64 (whole warps on CUDA and HIP). Every thread reads and writes
+// only its own elements, so out may be x (in place) and, in the fused kernel, out may be x or residual.
+#include "compat.cuh"
+
+// x, out: [rows, d]; weight: [d]. grid (rows), block (64 .. 1024).
+extern "C" __global__ void rms_norm_f32(const float* x, const float* __restrict__ weight, float* out, i32 d,
+                                        float eps) {
+    __shared__ float scratch[32];
+    const i64 base = (i64)blockIdx.x * d;
+    float ss = 0.0f;
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
+        const float v = x[base + i];
+        ss = fmaf(v, v, ss);
+    }
+    ss = fs_block_sum(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[base + i] = x[base + i] * inv * weight[i];
+}
+
+// residual += x; out = rms_norm(residual) * weight. x, residual, out: [rows, d]. grid (rows), block (64 .. 1024).
+extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, const float* __restrict__ weight,
+                                            float* out, i32 d, float eps) {
+    __shared__ float scratch[32];
+    const i64 base = (i64)blockIdx.x * d;
+    float ss = 0.0f;
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
+        const float v = x[base + i] + residual[base + i];
+        residual[base + i] = v;
+        ss = fmaf(v, v, ss);
+    }
+    ss = fs_block_sum(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[base + i] = residual[base + i] * inv * weight[i];
+}

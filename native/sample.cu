@@ -1,0 +1,86 @@
+// Greedy sampling on the device: argmax of each logits row, ties to the lowest index and a NaN winning over
+// any number (the first NaN, as numpy.argmax). Two passes so one row of a 262144-token vocabulary spreads
+// over many blocks: argmax_partial_f32 reduces a slice per block, argmax_final_f32 reduces the slices.
+#include "compat.cuh"
+
+#define FS_ARGMAX_THREADS 256
+
+// Does (va, ia) come before (vb, ib) in numpy.argmax's order?
+__device__ __forceinline__ bool fs_argmax_better(float va, i32 ia, float vb, i32 ib) {
+    const bool na = va != va;
+    const bool nb = vb != vb;
+    if (na != nb) return na;
+    if (na) return ia < ib;
+    return va > vb || (va == vb && ia < ib);
+}
+
+// Every thread's (v, i) becomes the block's best; blockDim.x == FS_ARGMAX_THREADS.
+__device__ __forceinline__ void fs_argmax_block(float& v, i32& i) {
+    __shared__ float val_s[FS_ARGMAX_THREADS / 32];
+    __shared__ i32 idx_s[FS_ARGMAX_THREADS / 32];
+#pragma unroll
+    for (int m = FS_WARP / 2; m > 0; m >>= 1) {
+        const float ov = FS_SHFL_XOR(v, m);
+        const i32 oi = FS_SHFL_XOR(i, m);
+        if (fs_argmax_better(ov, oi, v, i)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    const i32 lane = threadIdx.x % FS_WARP;
+    const i32 warp = threadIdx.x / FS_WARP;
+    if (lane == 0) {
+        val_s[warp] = v;
+        idx_s[warp] = i;
+    }
+    __syncthreads();
+    v = val_s[0];
+    i = idx_s[0];
+    for (i32 w = 1; w < FS_ARGMAX_THREADS / FS_WARP; ++w) {
+        if (fs_argmax_better(val_s[w], idx_s[w], v, i)) {
+            v = val_s[w];
+            i = idx_s[w];
+        }
+    }
+}
+
+// logits: [n, vocab]; part_val, part_idx: [n, gridDim.x], slice b of a row = [b * per_block, + per_block).
+// grid (ceil(vocab / per_block), n), block (FS_ARGMAX_THREADS).
+extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
+    argmax_partial_f32(const float* __restrict__ logits, float* __restrict__ part_val, i32* __restrict__ part_idx,
+                       i32 vocab, i32 per_block) {
+    const float* row = logits + (i64)blockIdx.y * vocab;
+    const i32 begin = blockIdx.x * per_block;
+    const i32 end = min(vocab, begin + per_block);
+    float v = -FS_INF;
+    i32 idx = 0x7fffffff;  // loses to any element, -inf included (equal value, higher index)
+    for (i32 j = begin + threadIdx.x; j < end; j += FS_ARGMAX_THREADS) {
+        const float x = row[j];
+        if (fs_argmax_better(x, j, v, idx)) {
+            v = x;
+            idx = j;
+        }
+    }
+    fs_argmax_block(v, idx);
+    if (threadIdx.x == 0) {
+        part_val[(i64)blockIdx.y * gridDim.x + blockIdx.x] = v;
+        part_idx[(i64)blockIdx.y * gridDim.x + blockIdx.x] = idx;
+    }
+}
+
+// out: [n] int32, the best of each row's n_parts partials. grid (n), block (FS_ARGMAX_THREADS).
+extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
+    argmax_final_f32(const float* __restrict__ part_val, const i32* __restrict__ part_idx, i32* __restrict__ out,
+                     i32 n_parts) {
+    float v = -FS_INF;
+    i32 idx = 0x7fffffff;
+    for (i32 b = threadIdx.x; b < n_parts; b += FS_ARGMAX_THREADS) {
+        const i64 at = (i64)blockIdx.x * n_parts + b;
+        if (fs_argmax_better(part_val[at], part_idx[at], v, idx)) {
+            v = part_val[at];
+            idx = part_idx[at];
+        }
+    }
+    fs_argmax_block(v, idx);
+    if (threadIdx.x == 0) out[blockIdx.x] = idx;
+}
