@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.engine.backends.llama import read_model_header
+from app.engine.backends.native import read_model_header
 
 PROMPT = (
     b"Write a Python function that returns the n-th Fibonacci number iteratively, "

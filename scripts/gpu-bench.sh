@@ -10,6 +10,8 @@
 #                          the naive loop at k=16, and greedy answers for scripts/policy-sim.py
 #   gpu-bench.sh fa        flash attention off and auto: pass timings, n-gram runs, the naive loop beside
 #   gpu-bench.sh final     n-gram over every prompt (table, and passes for the edits) beside the naive loop
+#   gpu-bench.sh native    kernel and native-backend tests; native vs llama.cpp (decode, verify, GB/s, kernel
+#                          profile) on both models and on random-weight Qwen2.5-7B and 0.5B shapes
 #   gpu-bench.sh placement devices --json; one answer and tok/s per placement: all on the GPU, drafter
 #                          on the CPU, half the target's layers on the CPU (and two GPUs when there are)
 set -uo pipefail
@@ -19,7 +21,7 @@ Q=/root/gpu/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 G=/root/gpu/gemma-3-270m-q4_k_m.gguf
 TOKENS=${TOKENS:-256}
 REPEAT=${REPEAT:-}  # e.g. 3: each side of every prompt runs three times, alternating; the median run is reported
-bench() { python3 -m app bench --target "$Q" --device gpu --tokens "$TOKENS" ${REPEAT:+--repeat "$REPEAT"} "$@"; }
+bench() { python3 -m app bench --target "$Q" --device gpu --backend llama --tokens "$TOKENS" ${REPEAT:+--repeat "$REPEAT"} "$@"; }
 case "${1:-}" in
   prepare)
     bash .gpu/remote.sh wait-llama && bash .gpu/remote.sh gemma && bash .gpu/remote.sh qwen || exit 1
@@ -66,10 +68,20 @@ r['draft_lengths']) for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r
     grep '"k": 16' "$OUT/naive-ngram.txt" | cut -c1-100 ;;
   final)
     bench --ngram > "$OUT/bench-ngram.txt" 2>&1
-    bench --ngram --json --only edit-docstrings,edit-rename,edit-typehints,edit-fstrings,edit-fix-offbyone \
-      > "$OUT/bench-ngram-edits.jsonl" 2> /dev/null
     python3 .gpu/naive_ngram.py "$Q" bench/prompts.json --tokens "$TOKENS" --k 4,8,16 > "$OUT/naive-ngram.txt" 2>&1
     tail -n 22 "$OUT/bench-ngram.txt"; grep -E '"k": 16' "$OUT/naive-ngram.txt" | cut -c1-100 ;;
+  native)
+    export FORESIGHT_TEST_GEMMA=$G FORESIGHT_TEST_QWEN=$Q
+    python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', \
+      '-q', '-s', '-rs', 'tests/test_native_quant.py', 'tests/test_native_ops.py', 'tests/test_native_backend.py']))" \
+      > "$OUT/pytest-native.txt" 2>&1
+    tail -n 30 "$OUT/pytest-native.txt"
+    R=/root/gpu/random; mkdir -p "$R"
+    [ -f "$R/qwen7b.gguf" ] || python3 .gpu/random_gguf.py /root/gpu/vocab.gguf "$R/qwen7b.gguf" 3584 28 28 4 18944 > /dev/null
+    [ -f "$R/qwen05b.gguf" ] || python3 .gpu/random_gguf.py /root/gpu/vocab.gguf "$R/qwen05b.gguf" 896 24 14 2 4864 --tied > /dev/null
+    for m in "$G" "$Q" "$R/qwen7b.gguf" "$R/qwen05b.gguf"; do
+      python3 -m app bench --backends llama,native --target "$m" --tokens 128 2>&1 | grep -v WARNING | tee -a "$OUT/backends.txt"
+    done ;;
   placement)
     P="$OUT/placement"; mkdir -p "$P"
     python3 -m app devices --json --target "$Q" > "$P/devices.json" 2> "$P/devices.err"

@@ -16,17 +16,18 @@ from typing import Any
 
 import numpy as np
 
+from app.catalog import gguf
 from app.engine import kernels, ops, qmatmul
-from app.engine.backends.base import ModelFacts
-from app.engine.backends.llama import LlamaVocab, _kv_bytes_per_token, _Vocabulary, read_model_header
+from app.engine.backends.base import ModelFacts, VocabInfo
 from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
 from app.engine.kernels import KernelError, is_hip
 from app.engine.reference import ModelConfig, ReferenceModel
 
 log = logging.getLogger("foresight.native")
 
-# Widest pass: a verify of 16 drafts is 17 tokens; prompts go through in passes of this many tokens.
-MAX_WIDTH = 32
+# Widest pass: a verify of 16 drafts is 17 tokens (the widths the kernels are tested at); prompts go
+# through in passes of this many tokens.
+MAX_WIDTH = 17
 
 
 def _cupy() -> Any:
@@ -46,6 +47,15 @@ def gpu_available() -> str | None:
     except Exception as exc:  # a driver without a device raises a CUDA error
         return f"CuPy finds no GPU: {exc}"
     return None if count > 0 else "CuPy finds no GPU"
+
+
+def read_model_header(path: Path) -> gguf.GGUFHeader:
+    try:
+        return gguf.read_file(path)
+    except FileNotFoundError as exc:
+        raise ModelLoadError(str(exc)) from None
+    except (gguf.GGUFError, OSError) as exc:
+        raise ModelLoadError(f"{path.name} is not a usable GGUF model file: {exc}") from None
 
 
 def native_support(path: str | Path) -> str | None:
@@ -68,13 +78,22 @@ def native_support(path: str | Path) -> str | None:
     return None
 
 
-class NativeBackend(_Vocabulary):
-    """One model on one GPU, run by our kernels; a single sequence, as LlamaBackend."""
+class NativeBackend:
+    """One model on one GPU, run by our kernels; a single sequence, as LlamaBackend.
+
+    tokenizer=False: token ids only (no llama.cpp needed), for kernel work on a machine without it.
+    """
 
     backend_name = "native"
 
     def __init__(
-        self, path: str | Path, *, n_ctx: int = 4096, max_width: int = MAX_WIDTH, graphs: bool = True
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        max_width: int = MAX_WIDTH,
+        graphs: bool = True,
+        tokenizer: bool = True,
     ):
         self.path = Path(path)
         reason = native_support(self.path)
@@ -91,11 +110,13 @@ class NativeBackend(_Vocabulary):
         self.tensor_split = None
         self.supports_device_argmax = True
         self._graphs_on = graphs and not is_hip()
-        self._vocab_owner = LlamaVocab(self.path)
-        self._vocab_p = self._vocab_owner._vocab_p
-        self._init_vocabulary()
         self.n_vocab = c.n_vocab
-        self.vocab = self._vocab_info(self.n_vocab)
+        self._vocab: Any = None
+        if tokenizer:
+            from app.engine.backends.llama import LlamaVocab  # llama.cpp reads the vocabulary, no weights
+
+            self._vocab = LlamaVocab(self.path)
+            self.vocab: VocabInfo = self._vocab.vocab
         self.chat_template = self.header.chat_template
         self.kv_tokens: list[int] = []
         self._graphs: dict[tuple[int, bool], Any] = {}
@@ -112,7 +133,7 @@ class NativeBackend(_Vocabulary):
             name=self.header.name or self.path.stem,
             n_params=int(n_params),
             weights_bytes=self.weights_bytes,
-            kv_bytes_per_token=_kv_bytes_per_token(self.header),
+            kv_bytes_per_token=c.n_layer * c.n_head_kv * c.head_dim * 2 * 2,  # f16 K and V
             n_ctx_train=int(self.header.get("{arch}.context_length", 0) or 0),
             n_layer=c.n_layer,
             device="gpu",
@@ -349,10 +370,28 @@ class NativeBackend(_Vocabulary):
         for name in ("weights", "vectors", "cache", "workspace", "logits"):
             if hasattr(self, name):
                 delattr(self, name)
-        owner = getattr(self, "_vocab_owner", None)
-        if owner is not None:
-            owner.close()
-            self._vocab_owner = None
+        if getattr(self, "_vocab", None) is not None:
+            self._vocab.close()
+            self._vocab = None
+
+    # --- tokens (llama.cpp's tokenizer of the same file) -------------------------------------------------
+    def tokenize(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        return self._vocab.tokenize(text, add_special, parse_special)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self._vocab.token_bytes(token)
+
+    def detokenize(self, tokens: list[int]) -> bytes:
+        return self._vocab.detokenize(tokens)
+
+    def token_text(self, token: int) -> str:
+        return self._vocab.token_text(token)
+
+    def is_eog(self, token: int) -> bool:
+        return self._vocab.is_eog(token)
+
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        return self._vocab.fim_tokens()
 
     def __enter__(self) -> NativeBackend:
         return self
