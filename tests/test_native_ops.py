@@ -17,7 +17,6 @@ Tolerances (kernel vs reference, both float32 at heart):
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,29 +24,7 @@ import numpy as np
 import pytest
 
 from app.engine import ops, reference
-
-try:
-    import cupy
-except ImportError:  # pragma: no cover - depends on the machine
-    cupy = None
-
-
-def _device_count() -> int:
-    if cupy is None:
-        return 0
-    try:
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # no driver, no device
-        return 0
-
-
-HAVE_GPU = _device_count() > 0
-
-
-def gpu_test(fn: Callable[..., None]) -> Callable[..., None]:
-    """Mark a test `gpu` and skip it without CuPy or a device."""
-    fn = pytest.mark.skipif(not HAVE_GPU, reason="needs CuPy and a CUDA/HIP device")(fn)
-    return pytest.mark.gpu(fn)
+from tests.gpu_marks import cupy, gpu_test
 
 
 @dataclass(frozen=True)

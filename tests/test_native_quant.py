@@ -15,7 +15,6 @@ Tolerances:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,30 +27,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from app.catalog.gguf import read_file
 from app.engine import kernels, qmatmul
-
-try:
-    import cupy
-except ImportError:  # pragma: no cover - depends on the machine
-    cupy = None
-
-
-def _device_count() -> int:
-    if cupy is None:
-        return 0
-    try:
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # no driver, no device
-        return 0
-
-
-HAVE_GPU = _device_count() > 0
-
-
-def gpu_test(fn: Callable[..., None]) -> Callable[..., None]:
-    """Mark a test `gpu` and skip it without CuPy or a device."""
-    fn = pytest.mark.skipif(not HAVE_GPU, reason="needs CuPy and a CUDA/HIP device")(fn)
-    return pytest.mark.gpu(fn)
-
+from tests.gpu_marks import cupy, gpu_test
 
 F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 6, 8, 12, 13, 14, 30
 ALL_TYPES = (Q4_K, Q5_0, Q6_K, Q8_0, F16, F32, Q5_K, BF16, Q4_0)

@@ -7,6 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
+from app.engine.errors import ContextLengthExceeded
+
 
 @dataclass(frozen=True)
 class VocabInfo:
@@ -32,6 +34,21 @@ class ModelFacts:
     n_layer: int
     device: str  # what the model actually runs on: "cpu" or "gpu"
     gpu_layers: int
+
+
+def plan_decode(n: int, logits_from: int, start: int, n_ctx: int, batch: int) -> int:
+    """Check a decode of n tokens after `start` cached ones; returns where its last batch starts.
+
+    Logits come from the last batch only, so logits_from must lie in it.
+    """
+    if n == 0 or not 0 <= logits_from < n:
+        raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
+    if start + n > n_ctx:
+        raise ContextLengthExceeded(f"{start + n} tokens do not fit the context of {n_ctx} tokens")
+    last = (n - 1) // batch * batch
+    if logits_from < last:
+        raise ValueError(f"logits requested for row {logits_from}, before the last batch at {last}")
+    return last
 
 
 class Backend(Protocol):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.catalog import gguf
-from app.engine.backends.base import ModelFacts, VocabInfo
+from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode
 from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
 
 log = logging.getLogger("foresight.llama")
@@ -390,15 +390,9 @@ class LlamaBackend(_Vocabulary):
         if not self._ctx:
             raise DecodeError(f"{self.path.name} is closed")
         n = len(tokens)
-        if n == 0 or not 0 <= logits_from < n:
-            raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
         start = len(self.kv_tokens)
-        if start + n > self.n_ctx:
-            raise ContextLengthExceeded(f"{start + n} tokens do not fit the context of {self.n_ctx} tokens")
         nb = self.n_batch
-        last_chunk = (n - 1) // nb * nb
-        if logits_from < last_chunk:
-            raise ValueError(f"logits requested for row {logits_from}, before the last batch at {last_chunk}")
+        last_chunk = plan_decode(n, logits_from, start, self.n_ctx, nb)
         for chunk in range(0, n, nb):
             m = min(nb, n - chunk)
             self._batch_tokens[:m] = tokens[chunk : chunk + m]

@@ -18,8 +18,8 @@ import numpy as np
 
 from app.catalog import gguf
 from app.engine import kernels, ops, qmatmul
-from app.engine.backends.base import ModelFacts, VocabInfo
-from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
+from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode
+from app.engine.errors import DecodeError, ModelLoadError
 from app.engine.kernels import KernelError, is_hip
 from app.engine.reference import ModelConfig, ReferenceModel
 
@@ -279,15 +279,9 @@ class NativeBackend:
     def _decode(self, tokens: list[int], logits_from: int) -> int:
         """Run tokens through the model; returns the row (in the last pass) where logits start."""
         n = len(tokens)
-        if n == 0 or not 0 <= logits_from < n:
-            raise ValueError(f"decode of {n} tokens with logits from row {logits_from}")
         start = len(self.kv_tokens)
-        if start + n > self.n_ctx:
-            raise ContextLengthExceeded(f"{start + n} tokens do not fit the context of {self.n_ctx} tokens")
         w = self.max_width
-        last = (n - 1) // w * w
-        if logits_from < last:
-            raise ValueError(f"logits requested for row {logits_from}, before the last pass at {last}")
+        last = plan_decode(n, logits_from, start, self.n_ctx, w)
         try:
             for chunk in range(0, n, w):
                 self._run(tokens[chunk : chunk + w], start + chunk, logits=chunk == last)
