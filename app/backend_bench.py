@@ -61,6 +61,8 @@ def profile_backend(backend: str, path: Path, n_tokens: int, n_ctx: int = 4096) 
         target.rollback(0)
         answer: list[int] = []
         t_prefill = _timed(lambda: answer.extend(target.decode_argmax(prompt, len(prompt) - 1)))
+        for _ in range(4):  # the first one-token passes build (or capture) that shape's graph
+            answer += target.decode_argmax([answer[-1]], 0)
         steps: list[float] = []
         while len(answer) < n_tokens and not target.is_eog(answer[-1]):
             last = answer[-1]

@@ -12,6 +12,7 @@ from typing import Any
 from app import paths
 from app.config import Settings
 from app.engine.backends.llama import LlamaBackend
+from app.engine.backends.native import MAX_WIDTH as NATIVE_MAX_WIDTH
 from app.engine.backends.native import NativeBackend, native_support
 from app.engine.chat import ChatFormat
 from app.engine.drafters import (
@@ -145,11 +146,16 @@ class Engine:
 
     def _native_refusal(self, path: Path) -> str | None:
         """Why the native backend cannot take this target with these settings (None: it can)."""
-        es = self.settings.engine
+        es, ds = self.settings.engine, self.settings.draft
+        device = es.device.strip().lower()
         if es.backend == "llama":
             return "not asked for"
-        if es.device == "cpu":
+        if device == "cpu":
             return "the settings ask for the CPU"
+        if ":" in device:
+            return f"device {es.device!r}: the native backend runs on the current GPU only"
+        if ds.mode != "none" and ds.max_draft + 1 > NATIVE_MAX_WIDTH:
+            return f"drafts of {ds.max_draft} tokens: its passes take at most {NATIVE_MAX_WIDTH} tokens"
         if es.mmproj:
             return "images go through libmtmd, which needs the model in llama.cpp"
         if es.tensor_split or es.gpu_layers != -1:

@@ -262,8 +262,9 @@ def generate(
         if use_draft:
             assert drafter is not None
             assert policy is not None
-            if draft and not free_drafter:  # only a drafter model caches what a step may reject
-                drafter.sync(committed + step_tokens)
+            if draft:
+                if not free_drafter:  # only a drafter model caches what a step may reject
+                    drafter.sync(committed + step_tokens)
             else:
                 shadow.check(step_tokens[0], policy)
             if free_drafter:

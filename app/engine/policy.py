@@ -78,7 +78,6 @@ COPY_START = 4
 # excursion and back must keep about four to pay (bench-ngram-chat.jsonl in docs/bench).
 _COPY_GOES_ON = 0.9
 _GOES_ON_WEIGHT = 4.0
-FLOOR_K = 8.0
 
 
 @dataclass
@@ -512,6 +511,8 @@ class DraftPolicy:
         self.observe_acceptance(drafted, accepted)
         self._run = self._run + 1 if width == self.width else 1
         if self.width == 0 or (width > 1) == (self.width > 1):
+            if self.width == 0 and width > 1:  # a stretch that starts right after the prefill
+                self._run_kind = self._kind()
             self._regime_run += 1
         else:
             if self.width > 1:  # a drafting stretch ended

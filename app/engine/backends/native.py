@@ -9,6 +9,7 @@ Tokenizer and chat template come from llama.cpp, which reads the file's vocabula
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from pathlib import Path
@@ -123,7 +124,17 @@ class NativeBackend:
         try:
             self._upload()
             self._allocate()
-        except (KernelError, MemoryError, cupy.cuda.memory.OutOfMemoryError) as exc:
+            # One pass now: the kernels compile here (NVRTC), so a compiler that fails is a load error
+            # (and `auto` can still take llama.cpp), not the first request's.
+            self._decode([0], 0, self.best)
+            self.rollback(0)
+        except (
+            KernelError,
+            DecodeError,
+            MemoryError,
+            cupy.cuda.memory.OutOfMemoryError,
+            cupy.cuda.runtime.CUDARuntimeError,
+        ) as exc:
             self.close()
             raise ModelLoadError(f"the native backend could not load {self.path.name}: {exc}") from exc
         n_params = sum(math.prod(t.shape) for t in self.header.tensors)
@@ -186,7 +197,10 @@ class NativeBackend:
         self.cache = ops.KVCache(c.n_layer, self.n_ctx, c.n_head_kv, c.head_dim)
         self.workspace = ops.Workspace(max_rows=w, n_head=c.n_head, head_dim=c.head_dim, vocab=c.n_vocab)
         self._host_in = np.zeros(2 * w, dtype=np.int32)
+        self._arange = np.arange(w, dtype=np.int32)
         self.stream = cupy.cuda.Stream(non_blocking=True)
+        # The uploads and zero fills above ran on the default stream; ours does not wait for it.
+        cupy.cuda.Device().synchronize()
 
     # --- the forward pass ------------------------------------------------------------------------------
     def _linear(self, x: Any, name: str, out: Any, accumulate: bool = False) -> None:
@@ -256,7 +270,7 @@ class NativeBackend:
         n = len(tokens)
         host = self._host_in
         host[:n] = tokens
-        host[n : 2 * n] = np.arange(start, start + n, dtype=np.int32)
+        np.add(self._arange[:n], start, out=host[n : 2 * n])
         with self.stream:
             self.ids[:n].set(host[:n], stream=self.stream)
             self.pos[:n].set(host[n : 2 * n], stream=self.stream)
@@ -276,34 +290,29 @@ class NativeBackend:
                 finally:
                     self._graphs[key] = self.stream.end_capture()
 
-    def _decode(self, tokens: list[int], logits_from: int) -> int:
-        """Run tokens through the model; returns the row (in the last pass) where logits start."""
+    def _decode(self, tokens: list[int], logits_from: int, source: Any) -> np.ndarray:
+        """Run tokens through the model; returns rows logits_from.. of `source` (logits or argmax ids)."""
         n = len(tokens)
         start = len(self.kv_tokens)
         w = self.max_width
         last = plan_decode(n, logits_from, start, self.n_ctx, w)
+        row = logits_from - last
         try:
             for chunk in range(0, n, w):
                 self._run(tokens[chunk : chunk + w], start + chunk, logits=chunk == last)
-        except Exception as exc:  # a kernel refused, or the device failed: the pass did not happen
+            out = source[row : row + n - logits_from].get(stream=self.stream)
+            self.stream.synchronize()
+        except Exception as exc:  # a kernel refused, or the device failed: nothing is committed
             self._graphs.clear()
             raise DecodeError(f"native pass failed: {exc}") from exc
         self.kv_tokens.extend(tokens)
-        return logits_from - last
-
-    def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
-        row = self._decode(tokens, logits_from)
-        rows = len(tokens) - logits_from
-        out = self.logits[row : row + rows].get(stream=self.stream)
-        self.stream.synchronize()
         return out
 
+    def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
+        return self._decode(tokens, logits_from, self.logits)
+
     def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
-        row = self._decode(tokens, logits_from)
-        rows = len(tokens) - logits_from
-        out = self.best[row : row + rows].get(stream=self.stream)
-        self.stream.synchronize()
-        return out.tolist()
+        return self._decode(tokens, logits_from, self.best).tolist()
 
     def profile(self, width: int = 1, repeats: int = 20) -> dict[str, Any]:
         """Where a pass of `width` tokens spends its time: device time per kernel (eager launches, timed
@@ -361,9 +370,13 @@ class NativeBackend:
 
     def close(self) -> None:
         self._graphs.clear()
-        for name in ("weights", "vectors", "cache", "workspace", "logits"):
+        buffers = ("logits", "best", "ids", "pos", "x", "h", "o", "q", "k", "v", "attn", "gate", "up")
+        for name in ("weights", "vectors", "output", "model", "cache", "workspace", *buffers):
             if hasattr(self, name):
                 delattr(self, name)
+        # CuPy's pool keeps freed blocks: hand them back, so llama.cpp (a fallback) can have them
+        with contextlib.suppress(ImportError):
+            _cupy().get_default_memory_pool().free_all_blocks()
         if getattr(self, "_vocab", None) is not None:
             self._vocab.close()
             self._vocab = None
