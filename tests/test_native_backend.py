@@ -39,6 +39,13 @@ def test_native_on_a_cpu_setting_is_refused_with_the_reason(gemma_path: Path) ->
         Engine(gemma_path, None, _settings("native", device="cpu"))
 
 
+def test_native_is_refused_for_drafts_wider_than_its_passes_and_for_a_pinned_gpu(gemma_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="drafts of 32 tokens"):
+        Engine(gemma_path, None, _settings("native", "ngram", max_draft=32))
+    with pytest.raises(ModelLoadError, match="current GPU only"):
+        Engine(gemma_path, None, _settings("native", device="gpu:1"))
+
+
 @pytest.mark.skipif(NO_GPU is None, reason="this machine has a GPU for CuPy")
 def test_without_a_gpu_native_is_refused_and_auto_falls_back(gemma_path: Path) -> None:
     assert native_support(gemma_path) == NO_GPU
