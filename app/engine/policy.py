@@ -236,8 +236,8 @@ class DraftPolicy:
         self.width = 1  # width of the last target pass (1: a plain step; 0: a prompt's prefill)
         self._run = 0  # passes of that width in a row
         self._regime_run = 0  # passes in a row on the same side (plain or drafting)
-        # passes a drafting stretch lasts, by how it began: a drafter model's, a lookup's in a copy,
-        # a lookup's in prose
+        # passes a drafting stretch lasts, by how it began: a drafter model's, a lookup's in a copy (not
+        # kept: a copy is judged per answer), a lookup's in prose
         self.expected_runs = [_RUN_PRIOR] * 3
         self._run_kind = 0
         self._since_probe = 0
@@ -517,7 +517,8 @@ class DraftPolicy:
         else:
             if self.width > 1:  # a drafting stretch ended
                 kind = self._run_kind
-                self.expected_runs[kind] += _RUN_EMA * (self._regime_run - self.expected_runs[kind])
+                if kind != 1:  # a copy's stretches are judged per answer only (`_expected_run`)
+                    self.expected_runs[kind] += _RUN_EMA * (self._regime_run - self.expected_runs[kind])
                 if kind > 0:
                     self._lookup_runs[kind - 1][0] += self._regime_run
                     self._lookup_runs[kind - 1][1] += 1

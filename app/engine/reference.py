@@ -392,9 +392,9 @@ class KVCache:
 class ReferenceModel:
     """A GGUF model of a supported architecture, run by the NumPy ops above."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, header: GGUFHeader | None = None) -> None:
         self.path = Path(path)
-        header = read_file(self.path)
+        header = header or read_file(self.path)
         self.config = ModelConfig.from_header(header)
         self._data_offset = header.data_offset
         self._file = np.memmap(self.path, dtype=np.uint8, mode="r")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from app.engine.errors import ContextLengthExceeded
+from app.catalog import gguf
+from app.engine.errors import ContextLengthExceeded, ModelLoadError
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,16 @@ class ModelFacts:
     n_layer: int
     device: str  # what the model actually runs on: "cpu" or "gpu"
     gpu_layers: int
+
+
+def read_model_header(path: Path) -> gguf.GGUFHeader:
+    """A model file's GGUF header; a missing or unreadable file is a ModelLoadError."""
+    try:
+        return gguf.read_file(path)
+    except FileNotFoundError as exc:
+        raise ModelLoadError(str(exc)) from None
+    except (gguf.GGUFError, OSError) as exc:
+        raise ModelLoadError(f"{path.name} is not a usable GGUF model file: {exc}") from None
 
 
 def plan_decode(n: int, logits_from: int, start: int, n_ctx: int, batch: int) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.catalog import gguf
-from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode
+from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
 from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
 
 log = logging.getLogger("foresight.llama")
@@ -140,15 +140,6 @@ def _kv_bytes_per_token(header: gguf.GGUFHeader) -> int:
     key = int(header.get("{arch}.attention.key_length", n_embd // n_head))
     value = int(header.get("{arch}.attention.value_length", n_embd // n_head))
     return n_layer * int(n_head_kv) * (key + value) * 2  # f16 K and V
-
-
-def read_model_header(path: Path) -> gguf.GGUFHeader:
-    try:
-        return gguf.read_file(path)
-    except FileNotFoundError as exc:
-        raise ModelLoadError(str(exc)) from None
-    except (gguf.GGUFError, OSError) as exc:
-        raise ModelLoadError(f"{path.name} is not a usable GGUF model file: {exc}") from None
 
 
 _FLASH_ATTN = {

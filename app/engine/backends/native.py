@@ -19,7 +19,7 @@ import numpy as np
 
 from app.catalog import gguf
 from app.engine import kernels, ops, qmatmul
-from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode
+from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
 from app.engine.errors import DecodeError, ModelLoadError
 from app.engine.kernels import KernelError, is_hip
 from app.engine.reference import ModelConfig, ReferenceModel
@@ -50,22 +50,13 @@ def gpu_available() -> str | None:
     return None if count > 0 else "CuPy finds no GPU"
 
 
-def read_model_header(path: Path) -> gguf.GGUFHeader:
-    try:
-        return gguf.read_file(path)
-    except FileNotFoundError as exc:
-        raise ModelLoadError(str(exc)) from None
-    except (gguf.GGUFError, OSError) as exc:
-        raise ModelLoadError(f"{path.name} is not a usable GGUF model file: {exc}") from None
-
-
-def native_support(path: str | Path) -> str | None:
+def native_support(path: str | Path, header: gguf.GGUFHeader | None = None) -> str | None:
     """None when the native backend can run this model file here, else the reason it cannot."""
     reason = gpu_available()
     if reason:
         return reason
     try:
-        header = read_model_header(Path(path))
+        header = header or read_model_header(Path(path))
         config = ModelConfig.from_header(header)
     except (ModelLoadError, ValueError) as exc:
         return str(exc)
@@ -97,12 +88,12 @@ class NativeBackend:
         tokenizer: bool = True,
     ):
         self.path = Path(path)
-        reason = native_support(self.path)
+        self.header = read_model_header(self.path)
+        reason = native_support(self.path, self.header)
         if reason:
             raise ModelLoadError(f"the native backend cannot run {self.path.name}: {reason}")
         cupy = _cupy()
-        self.header = read_model_header(self.path)
-        self.model = ReferenceModel(self.path)
+        self.model = ReferenceModel(self.path, self.header)
         c = self.config = self.model.config
         self.n_ctx = int(n_ctx)
         self.n_batch = self.max_width = int(max_width)
@@ -206,12 +197,23 @@ class NativeBackend:
     def _linear(self, x: Any, name: str, out: Any, accumulate: bool = False) -> None:
         qmatmul.matmul(x, self.weights[f"{name}.weight"], out, self.vectors.get(f"{name}.bias"), accumulate)
 
+    def _add_output(self, src: Any, name: str, post_norm: str, n: int) -> None:
+        """x += a sublayer's output projection of src; Gemma norms that output first (post_norm)."""
+        x = self.x[:n]
+        if not self.config.post_norms:
+            self._linear(src, name, x, accumulate=True)  # the residual add fused into the GEMV
+            return
+        o = self.o[:n]
+        self._linear(src, name, o)
+        ops.rms_norm(o, self.vectors[post_norm], o, self.config.rms_eps)
+        ops.add(x, o, x)
+
     def _forward(self, n: int, logits: bool) -> None:
         """One pass over ids[:n] at positions pos[:n]: KV stored, then logits (or nothing) for every row."""
         c, vec = self.config, self.vectors
         eps, hd = c.rms_eps, c.head_dim
         ids, pos = self.ids[:n], self.pos[:n]
-        x, h, o = self.x[:n], self.h[:n], self.o[:n]
+        x, h = self.x[:n], self.h[:n]
         q = self.q[:n].reshape(n, c.n_head, hd)
         k = self.k[:n].reshape(n, c.n_head_kv, hd)
         v = self.v[:n].reshape(n, c.n_head_kv, hd)
@@ -244,22 +246,12 @@ class NativeBackend:
                 self.workspace,
                 window,
             )
-            if c.post_norms:
-                self._linear(attn, f"{p}.attn_output", o)
-                ops.rms_norm(o, vec[f"{p}.post_attention_norm.weight"], o, eps)
-                ops.add(x, o, x)
-            else:
-                self._linear(attn, f"{p}.attn_output", x, accumulate=True)
+            self._add_output(attn, f"{p}.attn_output", f"{p}.post_attention_norm.weight", n)
             ops.rms_norm(x, vec[f"{p}.ffn_norm.weight"], h, eps)
             self._linear(h, f"{p}.ffn_gate", gate)
             self._linear(h, f"{p}.ffn_up", up)
             (ops.gelu_tanh_gate if c.gelu else ops.silu_gate)(gate, up, gate)
-            if c.post_norms:
-                self._linear(gate, f"{p}.ffn_down", o)
-                ops.rms_norm(o, vec[f"{p}.post_ffw_norm.weight"], o, eps)
-                ops.add(x, o, x)
-            else:
-                self._linear(gate, f"{p}.ffn_down", x, accumulate=True)
+            self._add_output(gate, f"{p}.ffn_down", f"{p}.post_ffw_norm.weight", n)
         if logits:
             ops.rms_norm(x, vec["output_norm.weight"], h, eps)
             qmatmul.matmul(h, self.output, self.logits[:n])
