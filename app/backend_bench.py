@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from app.engine.backends.native import read_model_header
 
 PROMPT = (
@@ -53,7 +55,14 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
-def profile_backend(backend: str, path: Path, n_tokens: int, n_ctx: int = 4096) -> dict[str, Any]:
+def profile_backend(
+    backend: str,
+    path: Path,
+    n_tokens: int,
+    n_ctx: int = 4096,
+    widths: tuple[int, ...] = VERIFY_WIDTHS,
+    repeats: int = 12,
+) -> dict[str, Any]:
     target = _load(backend, path, n_ctx)
     try:
         prompt = target.tokenize(PROMPT, True, False)
@@ -71,13 +80,13 @@ def profile_backend(backend: str, path: Path, n_tokens: int, n_ctx: int = 4096) 
             steps.append(time.perf_counter() - t0)
         # Verify passes of k tokens after the prompt, each width repeated: what a run of drafts sees.
         verify: dict[int, float] = {}
-        for k in VERIFY_WIDTHS:
+        for k in widths:
             block = (prompt * (k // len(prompt) + 1))[:k]
             times = []
-            for _ in range(12):
+            for _ in range(repeats):
                 target.rollback(len(prompt))
                 times.append(_timed(lambda b=block: target.decode_argmax(b, 0)))
-            verify[k] = statistics.median(times[2:])
+            verify[k] = statistics.median(times[2:] or times)
         target.rollback(0)
         out: dict[str, Any] = {
             "backend": backend,
@@ -105,13 +114,31 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _margin_at(backend: str, path: Path, answer: list[int], at: int) -> float:
+    """The top-2 logit gap of `backend` where its greedy answer chose answer[at] (a near-tie, when small)."""
+    target = _load(backend, path, 4096)
+    try:
+        prompt = target.tokenize(PROMPT, True, False)
+        row = target.decode(prompt + answer[:at], len(prompt) + at - 1)[0]
+        top = np.sort(row)[-2:]
+        return round(float(top[1] - top[0]), 4)
+    finally:
+        target.close()
+
+
 def compare(
-    path: Path, backends: list[str], n_tokens: int, as_json: bool, bandwidth_gb_s: float
+    path: Path,
+    backends: list[str],
+    n_tokens: int,
+    as_json: bool,
+    bandwidth_gb_s: float,
+    widths: tuple[int, ...] = VERIFY_WIDTHS,
+    repeats: int = 12,
 ) -> list[dict]:
     results = []
     per_token = bytes_per_token(path)
     for backend in backends:
-        r = profile_backend(backend, path, n_tokens)
+        r = profile_backend(backend, path, n_tokens, widths=widths, repeats=repeats)
         if r["step_ms"]:
             r["gb_s"] = round(per_token / (r["step_ms"] / 1e3) / 1e9, 1)
             r["bound_share"] = round(r["gb_s"] / bandwidth_gb_s, 3) if bandwidth_gb_s else None
@@ -121,7 +148,10 @@ def compare(
         r["speedup_vs_" + base["backend"]] = (
             round(base["step_ms"] / r["step_ms"], 3) if r["step_ms"] else None
         )
-        r["first_difference_vs_" + base["backend"]] = _first_difference(base["answer"], r["answer"])
+        diff = _first_difference(base["answer"], r["answer"])
+        r["first_difference_vs_" + base["backend"]] = diff
+        if diff is not None and diff < len(base["answer"]):
+            r["margin_at_difference"] = _margin_at(base["backend"], path, base["answer"], diff)
     if as_json:
         for r in results:
             print(json.dumps({k: v for k, v in r.items() if k != "answer"}), flush=True)
@@ -130,6 +160,8 @@ def compare(
     for r in results:
         ratio = next((v for k, v in r.items() if k.startswith("speedup_vs_")), None)
         diff = next((v for k, v in r.items() if k.startswith("first_difference_vs_")), "-")
+        if "margin_at_difference" in r:
+            diff = f"{diff} ({results[0]['backend']}'s top-2 margin there {r['margin_at_difference']})"
         share = f", {r['bound_share']:.0%} of the bound" if r.get("bound_share") else ""
         versus = f", {ratio:.2f}x" if ratio else ""
         print(

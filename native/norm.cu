@@ -37,3 +37,34 @@ extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, con
     const float inv = 1.0f / sqrtf(ss / (float)d + eps);
     for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[base + i] = residual[base + i] * inv * weight[i];
 }
+
+// Gemma's sublayer boundary in one launch: residual += rms_norm(x) * w_post (the sublayer's output norm),
+// then out = rms_norm(residual) * w_next (the next sublayer's input norm). The same operations in the same
+// order as rms_norm_f32, add_f32, rms_norm_f32 with the same block size: bit for bit their result.
+// x, residual, out: [rows, d]; w_post, w_next: [d]. grid (rows), block (64 .. 1024).
+extern "C" __global__ void rms_norm_add_rms_norm_f32(const float* x, const float* __restrict__ w_post,
+                                                     float* residual, const float* __restrict__ w_next,
+                                                     float* out, i32 d, float eps) {
+#if FS_HIP
+#pragma clang fp contract(off)
+#endif
+    __shared__ float scratch[32];
+    const i64 base = (i64)blockIdx.x * d;
+    float ss = 0.0f;
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
+        const float v = x[base + i];
+        ss = fmaf(v, v, ss);
+    }
+    ss = fs_block_sum(ss, scratch);
+    const float inv_x = 1.0f / sqrtf(ss / (float)d + eps);
+    float ss2 = 0.0f;
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
+        // _rn: no contraction into an fma, so the sum rounds as add_f32's does
+        const float v = __fadd_rn(residual[base + i], __fmul_rn(__fmul_rn(x[base + i], inv_x), w_post[i]));
+        residual[base + i] = v;
+        ss2 = fmaf(v, v, ss2);
+    }
+    ss2 = fs_block_sum(ss2, scratch);
+    const float inv = 1.0f / sqrtf(ss2 / (float)d + eps);
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[base + i] = residual[base + i] * inv * w_next[i];
+}

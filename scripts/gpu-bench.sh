@@ -76,7 +76,7 @@ r['draft_lengths']) for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r
       '-q', '-s', '-rs', 'tests/test_native_quant.py', 'tests/test_native_ops.py', 'tests/test_native_backend.py']))" \
       > "$OUT/pytest-native.txt" 2>&1
     tail -n 30 "$OUT/pytest-native.txt"
-    R=/root/gpu/random; mkdir -p "$R"
+    R=/root/gpu/random; mkdir -p "$R"; [ -f /root/gpu/vocab.gguf ] || cp .gpu/vocab.gguf /root/gpu/
     [ -f "$R/qwen7b.gguf" ] || python3 .gpu/random_gguf.py /root/gpu/vocab.gguf "$R/qwen7b.gguf" 3584 28 28 4 18944 > /dev/null
     [ -f "$R/qwen05b.gguf" ] || python3 .gpu/random_gguf.py /root/gpu/vocab.gguf "$R/qwen05b.gguf" 896 24 14 2 4864 --tied > /dev/null
     for m in "$G" "$Q" "$R/qwen7b.gguf" "$R/qwen05b.gguf"; do

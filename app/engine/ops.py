@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.kernels import KernelError, check, launch
+from app.engine.kernels import KernelError, check, is_hip, launch
 
 # Must match native/attention.cuh: FS_ATTN_THREADS, FS_ATTN_MAX_SPLITS, FS_ATTN_COMBINE_THREADS, and
 # FsAttnShape's QG = 2048 / head_dim.
@@ -30,6 +30,9 @@ ATTN_DEFAULT_MAX_SPLITS = 128
 ARGMAX_THREADS = 256
 ARGMAX_PER_BLOCK = 4096
 ELEMENT_THREADS = 256
+# Blocks per token of qk_norm_rope_store (native/qkv.cu): each takes every QKV_HEAD_BLOCKS-th head and forms
+# the rotation angles once for them.
+QKV_HEAD_BLOCKS = 8
 
 
 def _cupy() -> Any:
@@ -148,6 +151,24 @@ def add_rms_norm(x: Any, residual: Any, weight: Any, out: Any, eps: float) -> No
     )
 
 
+def rms_norm_add_rms_norm(x: Any, w_post: Any, residual: Any, w_next: Any, out: Any, eps: float) -> None:
+    """Gemma's sublayer boundary in one launch: residual += rms_norm(x) * w_post, then out =
+    rms_norm(residual) * w_next; all [n, d]. Bit for bit rms_norm, add, rms_norm."""
+    n, d = x.shape
+    check("rms_norm_add_rms_norm.x", x, (n, d), "float32")
+    check("rms_norm_add_rms_norm.w_post", w_post, (d,), "float32")
+    check("rms_norm_add_rms_norm.residual", residual, (n, d), "float32")
+    check("rms_norm_add_rms_norm.w_next", w_next, (d,), "float32")
+    check("rms_norm_add_rms_norm.out", out, (n, d), "float32")
+    launch(
+        "norm",
+        "rms_norm_add_rms_norm_f32",
+        (n,),
+        (_norm_threads(d),),
+        (x, w_post, residual, w_next, out, _i32(d), _f32(eps)),
+    )
+
+
 # --- rope --------------------------------------------------------------------------------------------------
 
 
@@ -243,6 +264,87 @@ def kv_store(k: Any, v: Any, positions: Any, cache_k: Any, cache_v: Any) -> None
     )
 
 
+def _row_view(name: str, a: Any, n: int, width: int) -> int:
+    """Row stride (elements) of a float32 [n, width] device array whose rows are contiguous, such as a
+    column slice of a fused projection's output."""
+    if not hasattr(a, "data") or not hasattr(a, "device") or not hasattr(a, "strides"):
+        raise KernelError(f"{name}: expected a device array, got {type(a).__name__}")
+    if str(a.dtype) != "float32" or tuple(a.shape) != (n, width):
+        raise KernelError(f"{name}: {a.dtype} {tuple(a.shape)}, expected float32 {(n, width)}")
+    row, col = a.strides
+    if col != 4 or row % 4 or (n > 1 and row < 4 * width):
+        raise KernelError(f"{name}: strides {a.strides} are not rows of contiguous elements")
+    return row // 4
+
+
+def qk_norm_rope_store(
+    q_in: Any,
+    k_in: Any,
+    v_in: Any,
+    positions: Any,
+    freq_base: float,
+    neox: bool,
+    q_out: Any,
+    cache_k: Any,
+    cache_v: Any,
+    *,
+    q_norm: Any = None,
+    k_norm: Any = None,
+    eps: float = 0.0,
+    freq_scale: float = 1.0,
+    n_rot: int | None = None,
+    freq_factors: Any = None,
+) -> None:
+    """In one launch: optional per-head RMSNorm of q and k (q_norm, k_norm [hd]), RoPE, q into q_out
+    [n, n_head, hd], and k, v stored as f16 at cache rows positions[i], as rms_norm_heads, rope_qk and
+    kv_store do. q_in [n, n_head * hd], k_in and v_in [n, n_head_kv * hd]: rows of contiguous elements,
+    which may be column slices of one fused q|k|v projection."""
+    n, hq, hd = q_out.shape
+    n_ctx, hk = cache_k.shape[:2]
+    check("qk_norm_rope_store.q_out", q_out, (n, hq, hd), "float32")
+    check("qk_norm_rope_store.cache_k", cache_k, (n_ctx, hk, hd), "float16")
+    check("qk_norm_rope_store.cache_v", cache_v, (n_ctx, hk, hd), "float16")
+    check("qk_norm_rope_store.positions", positions, (n,), "int32")
+    strides = [
+        _row_view(f"qk_norm_rope_store.{name}", a, n, heads * hd)
+        for name, a, heads in (("q_in", q_in, hq), ("k_in", k_in, hk), ("v_in", v_in, hk))
+    ]
+    for name, w in (("q_norm", q_norm), ("k_norm", k_norm)):
+        if w is not None:
+            check(f"qk_norm_rope_store.{name}", w, (hd,), "float32")
+    n_rot = hd if n_rot is None else n_rot
+    if n_rot % 2 or not 0 < n_rot <= hd or hd % 2:
+        raise KernelError(f"qk_norm_rope_store: n_rot {n_rot} must be even and within head_dim {hd}")
+    if freq_factors is not None:
+        check("qk_norm_rope_store.freq_factors", freq_factors, (n_rot // 2,), "float32")
+    null = np.uint64(0)
+    args = (
+        np.uint64(q_in.data.ptr),
+        np.uint64(k_in.data.ptr),
+        np.uint64(v_in.data.ptr),
+        *(_i32(s) for s in strides),
+        null if q_norm is None else q_norm,
+        null if k_norm is None else k_norm,
+        _f32(eps),
+        positions,
+        null if freq_factors is None else freq_factors,
+        q_out,
+        cache_k,
+        cache_v,
+        _i32(hq),
+        _i32(hk),
+        _i32(hd),
+        _i32(n_rot),
+        _i32(n_ctx),
+        np.float64(freq_base),
+        np.float64(freq_scale),
+        _i32(1 if neox else 0),
+    )
+    warp = 64 if is_hip() else 32
+    threads = -(-(hd // 2) // warp) * warp  # whole warps, for the block sum
+    launch("qkv", "qk_norm_rope_store_f32", (n, min(hq + hk, QKV_HEAD_BLOCKS)), (threads,), args)
+
+
 def attention(
     q: Any,
     cache_k: Any,
@@ -320,55 +422,48 @@ def attention(
 # --- element-wise ------------------------------------------------------------------------------------------
 
 
-def _gate(kernel: str, gate: Any, up: Any, out: Any, in_stride: int) -> None:
+def _gate(name: str, kernel: str, gate: Any, up: Any, out: Any) -> None:
     n, ff = out.shape
+    check(f"{name}.out", out, (n, ff), "float32")
+    stride = _row_view(f"{name}.gate", gate, n, ff)
+    if _row_view(f"{name}.up", up, n, ff) != stride:
+        raise KernelError(f"{name}: gate and up rows lie {stride} and {up.strides[0] // 4} apart, not alike")
     launch(
         "activation",
         kernel,
         (_blocks(ff, ELEMENT_THREADS), n),
         (ELEMENT_THREADS,),
-        (gate, up, out, _i32(ff), _i32(in_stride)),
+        (np.uint64(gate.data.ptr), np.uint64(up.data.ptr), out, _i32(ff), _i32(stride)),
     )
 
 
-def _check_gate(name: str, gate: Any, up: Any, out: Any) -> None:
-    n, ff = gate.shape
-    check(f"{name}.gate", gate, (n, ff), "float32")
-    check(f"{name}.up", up, (n, ff), "float32")
-    check(f"{name}.out", out, (n, ff), "float32")
-
-
-def _check_packed(name: str, gate_up: Any, out: Any) -> int:
+def _packed_halves(name: str, gate_up: Any) -> tuple[Any, Any]:
     n, ff2 = gate_up.shape
     check(f"{name}.gate_up", gate_up, (n, ff2), "float32")
     if ff2 % 2:
         raise KernelError(f"{name}: gate_up width {ff2} is odd")
-    check(f"{name}.out", out, (n, ff2 // 2), "float32")
-    return ff2 // 2
+    return gate_up[:, : ff2 // 2], gate_up[:, ff2 // 2 :]
 
 
 def silu_gate(gate: Any, up: Any, out: Any) -> None:
-    """out = silu(gate) * up; all [n, ff] (out may be gate or up)."""
-    _check_gate("silu_gate", gate, up, out)
-    _gate("silu_gate_f32", gate, up, out, gate.shape[1])
+    """out = silu(gate) * up; all [n, ff] (out may be gate or up). gate and up may be column slices (rows
+    of contiguous elements) with one row stride, such as the halves of a fused gate/up projection."""
+    _gate("silu_gate", "silu_gate_f32", gate, up, out)
 
 
 def gelu_tanh_gate(gate: Any, up: Any, out: Any) -> None:
-    """out = gelu_tanh(gate) * up; all [n, ff] (out may be gate or up)."""
-    _check_gate("gelu_tanh_gate", gate, up, out)
-    _gate("gelu_tanh_gate_f32", gate, up, out, gate.shape[1])
+    """out = gelu_tanh(gate) * up; as silu_gate."""
+    _gate("gelu_tanh_gate", "gelu_tanh_gate_f32", gate, up, out)
 
 
 def silu_gate_packed(gate_up: Any, out: Any) -> None:
     """out [n, ff] = silu(gate_up[:, :ff]) * gate_up[:, ff:], for a fused gate/up projection."""
-    ff = _check_packed("silu_gate_packed", gate_up, out)
-    _gate("silu_gate_f32", gate_up, gate_up[:, ff:], out, 2 * ff)
+    silu_gate(*_packed_halves("silu_gate_packed", gate_up), out)
 
 
 def gelu_tanh_gate_packed(gate_up: Any, out: Any) -> None:
     """out [n, ff] = gelu_tanh(gate_up[:, :ff]) * gate_up[:, ff:], for a fused gate/up projection."""
-    ff = _check_packed("gelu_tanh_gate_packed", gate_up, out)
-    _gate("gelu_tanh_gate_f32", gate_up, gate_up[:, ff:], out, 2 * ff)
+    gelu_tanh_gate(*_packed_halves("gelu_tanh_gate_packed", gate_up), out)
 
 
 def add(a: Any, b: Any, out: Any) -> None:

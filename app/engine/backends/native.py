@@ -1,7 +1,9 @@
 """Native backend: the forward pass of app.engine.reference on our kernels (native/), each step a CUDA graph.
 
-The model runs as reference.py specifies it, op for op: GGUF blocks are read straight by the GEMV kernels,
-the KV cache is f16 (as llama.cpp's), and a pass of width n (1..max_width tokens) is recorded once as a
+The model runs as reference.py specifies it: GGUF blocks are read straight by the GEMV kernels (projections
+of one input and one weight type stacked into one matrix, one launch), the q/k norms, RoPE and KV store are
+one launch, as are Gemma's output norm, residual add and next input norm; the KV cache is f16 (as
+llama.cpp's), and a pass of width n (1..max_width tokens) is recorded once as a
 CUDA graph and replayed: only the token ids and positions are copied in before a replay, and the argmax
 ids (or the rows of logits asked for) copied out after. On HIP the same launches run without a graph.
 Tokenizer and chat template come from llama.cpp, which reads the file's vocabulary and no weights.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,20 @@ from app.engine.kernels import KernelError, is_hip
 from app.engine.reference import ModelConfig, ReferenceModel
 
 log = logging.getLogger("foresight.native")
+
+_ATTN_IN = ("attn_q", "attn_k", "attn_v")
+_FFN_IN = ("ffn_gate", "ffn_up")
+
+
+@dataclass(frozen=True)
+class _Projection:
+    """One GEMV of a layer: a matrix that holds the projections `roles` (`rows` each), rows stacked."""
+
+    weight: qmatmul.DeviceWeight
+    bias: Any
+    roles: tuple[str, ...]
+    rows: tuple[int, ...]
+
 
 # Widest pass: a verify of 16 drafts is 17 tokens (the widths the kernels are tested at); prompts go
 # through in passes of this many tokens.
@@ -157,16 +174,52 @@ class NativeBackend:
         c = self.config
         self.weights: dict[str, qmatmul.DeviceWeight] = {}
         self.vectors: dict[str, Any] = {}
+        types = {t.name: t.type_id for t in self.header.tensors}
+        projections = {f"blk.{il}.{role}" for il in range(c.n_layer) for role in (*_ATTN_IN, *_FFN_IN)}
         for t in self.header.tensors:
+            if t.name.removesuffix(".weight").removesuffix(".bias") in projections:
+                continue  # uploaded below, fused where they can be
             raw, ggml_type, shape = self.model.raw(t.name)
             if len(shape) == 2:
                 self.weights[t.name] = qmatmul.DeviceWeight(raw, ggml_type, (shape[0], shape[1]), t.name)
             else:
                 self.vectors[t.name] = cupy.asarray(self.model.weight(t.name), dtype=cupy.float32)
+        self.layers = [
+            (self._projections(il, _ATTN_IN, types), self._projections(il, _FFN_IN, types))
+            for il in range(c.n_layer)
+        ]
         self.output = self.weights["token_embd.weight" if c.tied_output else "output.weight"]
         self.weights_bytes = sum(w.nbytes for w in self.weights.values()) + sum(
             int(v.nbytes) for v in self.vectors.values()
         )
+
+    def _projections(self, il: int, roles: tuple[str, ...], types: dict[str, int]) -> list[_Projection]:
+        """The projections of one input (q, k, v; or gate, up) as few matrices as their weight types allow:
+        a run of roles of one type becomes one matrix, its rows one after the other, read by one GEMV."""
+        runs: list[list[str]] = []
+        for role in roles:
+            if runs and types[f"blk.{il}.{runs[-1][-1]}.weight"] == types[f"blk.{il}.{role}.weight"]:
+                runs[-1].append(role)
+            else:
+                runs.append([role])
+        out = []
+        for run in runs:
+            names = [f"blk.{il}.{role}" for role in run]
+            raws = [self.model.raw(f"{name}.weight") for name in names]
+            blocks = np.concatenate([np.asarray(r[0]) for r in raws]) if len(raws) > 1 else raws[0][0]
+            rows = [shape[0] for _, _, shape in raws]
+            label = "+".join(names)
+            weight = qmatmul.DeviceWeight(blocks, raws[0][1], (sum(rows), raws[0][2][1]), label)
+            self.weights[label] = weight
+            bias = None
+            if any(f"{name}.bias" in types for name in names):
+                parts = [
+                    self.model.weight(f"{name}.bias") if f"{name}.bias" in types else np.zeros(r, np.float32)
+                    for name, r in zip(names, rows, strict=True)
+                ]
+                bias = self.vectors[f"{label}.bias"] = _cupy().asarray(np.concatenate(parts), np.float32)
+            out.append(_Projection(weight, bias, tuple(run), tuple(rows)))
+        return out
 
     def _allocate(self) -> None:
         cupy = _cupy()
@@ -178,11 +231,11 @@ class NativeBackend:
         self.h = cupy.zeros((w, c.n_embd), dtype=f32)
         self.o = cupy.zeros((w, c.n_embd), dtype=f32)
         self.q = cupy.zeros((w, c.n_head * c.head_dim), dtype=f32)
-        self.k = cupy.zeros((w, c.n_head_kv * c.head_dim), dtype=f32)
-        self.v = cupy.zeros((w, c.n_head_kv * c.head_dim), dtype=f32)
+        # A layer's projections write one buffer per matrix (at most three: q, k, v of three types).
+        proj_width = max(c.n_head * c.head_dim + 2 * c.n_head_kv * c.head_dim, 2 * c.n_ff)
+        self.proj = [cupy.zeros(w * proj_width, dtype=f32) for _ in range(len(_ATTN_IN))]
         self.attn = cupy.zeros((w, c.n_head * c.head_dim), dtype=f32)
         self.gate = cupy.zeros((w, c.n_ff), dtype=f32)
-        self.up = cupy.zeros((w, c.n_ff), dtype=f32)
         self.logits = cupy.zeros((w, c.n_vocab), dtype=f32)
         self.best = cupy.zeros(w, dtype=cupy.int32)
         self.cache = ops.KVCache(c.n_layer, self.n_ctx, c.n_head_kv, c.head_dim)
@@ -194,47 +247,69 @@ class NativeBackend:
         cupy.cuda.Device().synchronize()
 
     # --- the forward pass ------------------------------------------------------------------------------
-    def _linear(self, x: Any, name: str, out: Any, accumulate: bool = False) -> None:
-        qmatmul.matmul(x, self.weights[f"{name}.weight"], out, self.vectors.get(f"{name}.bias"), accumulate)
+    def _project(self, h: Any, projections: list[_Projection]) -> dict[str, Any]:
+        """Run a layer's projections of h; role -> its [n, rows] view of the output buffers."""
+        n = h.shape[0]
+        views = {}
+        for buffer, p in zip(self.proj, projections, strict=False):
+            out = buffer[: n * p.weight.n_out].reshape(n, p.weight.n_out)
+            qmatmul.matmul(h, p.weight, out, p.bias)
+            col = 0
+            for role, rows in zip(p.roles, p.rows, strict=True):
+                views[role] = out[:, col : col + rows]
+                col += rows
+        return views
 
-    def _add_output(self, src: Any, name: str, post_norm: str, n: int) -> None:
-        """x += a sublayer's output projection of src; Gemma norms that output first (post_norm)."""
-        x = self.x[:n]
-        if not self.config.post_norms:
-            self._linear(src, name, x, accumulate=True)  # the residual add fused into the GEMV
+    def _sublayer_out(self, src: Any, name: str, post_norm: str, next_norm: str, n: int) -> None:
+        """x += a sublayer's output projection of src, then h = the next sublayer's input norm of x.
+        Gemma norms the projection first (post_norm): one launch does that norm, the add and the next."""
+        c, x, h = self.config, self.x[:n], self.h[:n]
+        weight, bias = self.weights[f"{name}.weight"], self.vectors.get(f"{name}.bias")
+        if not c.post_norms:
+            qmatmul.matmul(src, weight, x, bias, accumulate=True)  # the residual add fused into the GEMV
+            ops.rms_norm(x, self.vectors[next_norm], h, c.rms_eps)
             return
         o = self.o[:n]
-        self._linear(src, name, o)
-        ops.rms_norm(o, self.vectors[post_norm], o, self.config.rms_eps)
-        ops.add(x, o, x)
+        qmatmul.matmul(src, weight, o, bias)
+        ops.rms_norm_add_rms_norm(o, self.vectors[post_norm], x, self.vectors[next_norm], h, c.rms_eps)
 
     def _forward(self, n: int, logits: bool) -> None:
         """One pass over ids[:n] at positions pos[:n]: KV stored, then logits (or nothing) for every row."""
         c, vec = self.config, self.vectors
-        eps, hd = c.rms_eps, c.head_dim
+        hd = c.head_dim
         ids, pos = self.ids[:n], self.pos[:n]
         x, h = self.x[:n], self.h[:n]
         q = self.q[:n].reshape(n, c.n_head, hd)
-        k = self.k[:n].reshape(n, c.n_head_kv, hd)
-        v = self.v[:n].reshape(n, c.n_head_kv, hd)
         attn = self.attn[:n]
-        gate, up = self.gate[:n], self.up[:n]
+        gate = self.gate[:n]
         factors = vec.get("rope_freqs.weight")
         qmatmul.get_rows(self.weights["token_embd.weight"], ids, x)
         if c.embed_scale != 1.0:
             ops.scale(x, c.embed_scale, x)
-        for il in range(c.n_layer):
+        ops.rms_norm(x, vec["blk.0.attn_norm.weight"], h, c.rms_eps)
+        for il, (attn_in, ffn_in) in enumerate(self.layers):
             p = f"blk.{il}"
-            ops.rms_norm(x, vec[f"{p}.attn_norm.weight"], h, eps)
-            self._linear(h, f"{p}.attn_q", self.q[:n])
-            self._linear(h, f"{p}.attn_k", self.k[:n])
-            self._linear(h, f"{p}.attn_v", self.v[:n])
-            if c.qk_norm:
-                ops.rms_norm_heads(q, vec[f"{p}.attn_q_norm.weight"], q, eps)
-                ops.rms_norm_heads(k, vec[f"{p}.attn_k_norm.weight"], k, eps)
+            qkv = self._project(h, attn_in)
             base, scale = c.rope_for(il)
-            ops.rope_qk(q, k, pos, base, c.rope_neox, scale, c.n_rot, factors)
-            ops.kv_store(k, v, pos, self.cache.k[il], self.cache.v[il])
+            ops.qk_norm_rope_store(
+                qkv["attn_q"],
+                qkv["attn_k"],
+                qkv["attn_v"],
+                pos,
+                base,
+                c.rope_neox,
+                q,
+                self.cache.k[il],
+                self.cache.v[il],
+                q_norm=vec[f"{p}.attn_q_norm.weight"] if c.qk_norm else None,
+                k_norm=vec[f"{p}.attn_k_norm.weight"] if c.qk_norm else None,
+                eps=c.rms_eps,
+                freq_scale=scale,
+                n_rot=c.n_rot,
+                freq_factors=factors,
+            )
+            if il + 1 == c.n_layer and not logits:
+                break  # the rest of the last layer feeds only the logits; its K and V are stored
             window = c.sliding_window if c.swa_layers[il] else 0
             ops.attention(
                 q,
@@ -246,14 +321,15 @@ class NativeBackend:
                 self.workspace,
                 window,
             )
-            self._add_output(attn, f"{p}.attn_output", f"{p}.post_attention_norm.weight", n)
-            ops.rms_norm(x, vec[f"{p}.ffn_norm.weight"], h, eps)
-            self._linear(h, f"{p}.ffn_gate", gate)
-            self._linear(h, f"{p}.ffn_up", up)
-            (ops.gelu_tanh_gate if c.gelu else ops.silu_gate)(gate, up, gate)
-            self._add_output(gate, f"{p}.ffn_down", f"{p}.post_ffw_norm.weight", n)
+            post, ffn_norm = f"{p}.post_attention_norm.weight", f"{p}.ffn_norm.weight"
+            self._sublayer_out(attn, f"{p}.attn_output", post, ffn_norm, n)
+            ffn = self._project(h, ffn_in)
+            act = ops.gelu_tanh_gate if c.gelu else ops.silu_gate
+            act(ffn["ffn_gate"], ffn["ffn_up"], gate)
+            last = il + 1 == c.n_layer
+            next_norm = "output_norm.weight" if last else f"blk.{il + 1}.attn_norm.weight"
+            self._sublayer_out(gate, f"{p}.ffn_down", f"{p}.post_ffw_norm.weight", next_norm, n)
         if logits:
-            ops.rms_norm(x, vec["output_norm.weight"], h, eps)
             qmatmul.matmul(h, self.output, self.logits[:n])
             ops.argmax(self.logits[:n], self.best[:n], self.workspace)
 
@@ -362,7 +438,7 @@ class NativeBackend:
 
     def close(self) -> None:
         self._graphs.clear()
-        buffers = ("logits", "best", "ids", "pos", "x", "h", "o", "q", "k", "v", "attn", "gate", "up")
+        buffers = ("logits", "best", "ids", "pos", "x", "h", "o", "q", "proj", "attn", "gate", "layers")
         for name in ("weights", "vectors", "output", "model", "cache", "workspace", *buffers):
             if hasattr(self, name):
                 delattr(self, name)
