@@ -33,6 +33,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         "device",
         "backend",
         "draft_device",
+        "draft_backend",
         "gpu_layers",
         "tensor_split",
         "device_argmax",

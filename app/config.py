@@ -65,6 +65,11 @@ class EngineSettings(Section):
         "architecture and weight types allow, else llama.cpp)",
     )
     draft_device: str = Field("auto", description="device of the drafter model: auto, cpu or gpu")
+    draft_backend: Literal["auto", "llama", "native"] = Field(
+        "auto",
+        description="drafter model runner: llama.cpp, or our own GPU kernels (auto: native where the GPU, "
+        "architecture and weight types allow, else llama.cpp)",
+    )
     gpu_layers: int = Field(-1, ge=-1, le=1024, description="layers offloaded on a GPU device (-1: all)")
     tensor_split: list[float] | None = Field(None, description="share of the target per GPU, e.g. 3,1")
     device_argmax: bool = Field(

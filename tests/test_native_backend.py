@@ -11,17 +11,29 @@ from app.bench import NEAR_TIE
 from app.config import DraftSettings, EngineSettings, Settings
 from app.engine.backends.native import gpu_available, native_support
 from app.engine.engine import Engine
-from app.engine.errors import ModelLoadError
+from app.engine.errors import DrafterUnusable, ModelLoadError
 from tests.helpers import assert_exact, run_checked
 
 NO_GPU = gpu_available()
 
 
-def _settings(backend: str, mode: str = "none", max_draft: int = 8, device: str = "auto") -> Settings:
-    return Settings(
-        engine=EngineSettings(n_ctx=2048, n_threads=2, backend=backend, device=device),  # type: ignore[arg-type]
-        draft=DraftSettings(mode=mode, max_draft=max_draft, adaptive=False),  # type: ignore[arg-type]
+def _settings(
+    backend: str,
+    mode: str = "none",
+    max_draft: int = 8,
+    device: str = "auto",
+    draft_backend: str = "auto",
+    draft_device: str = "auto",
+) -> Settings:
+    engine = EngineSettings(
+        n_ctx=2048,
+        n_threads=2,
+        backend=backend,  # type: ignore[arg-type]
+        device=device,
+        draft_backend=draft_backend,  # type: ignore[arg-type]
+        draft_device=draft_device,
     )
+    return Settings(engine=engine, draft=DraftSettings(mode=mode, max_draft=max_draft, adaptive=False))  # type: ignore[arg-type]
 
 
 # --- the choice (any machine) ---------------------------------------------------------------------------
@@ -44,6 +56,17 @@ def test_native_is_refused_for_drafts_wider_than_its_passes_and_for_a_pinned_gpu
         Engine(gemma_path, None, _settings("native", "ngram", max_draft=32))
     with pytest.raises(ModelLoadError, match="current GPU only"):
         Engine(gemma_path, None, _settings("native", device="gpu:1"))
+
+
+def test_a_drafter_says_which_backend_runs_it_and_native_on_the_cpu_is_refused(gemma_path: Path) -> None:
+    settings = _settings("llama", "model", device="cpu", draft_device="cpu")
+    with Engine(gemma_path, gemma_path, settings) as engine:
+        draft = engine.props()["draft"]
+        assert draft["backend"] == "llama"
+        assert "CPU" in draft["backend_reason"]
+    settings = _settings("llama", "model", device="cpu", draft_backend="native", draft_device="cpu")
+    with pytest.raises(DrafterUnusable, match=r"native backend cannot run .*CPU"):
+        Engine(gemma_path, gemma_path, settings)
 
 
 @pytest.mark.skipif(NO_GPU is None, reason="this machine has a GPU for CuPy")
@@ -143,17 +166,28 @@ def test_native_greedy_equals_llama_cpp_for_256_tokens(native_gemma, gemma_path:
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("mode", ["ngram", "model"])
-def test_speculative_decoding_on_the_native_backend_is_exact(gemma_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("target_backend", "mode", "draft_backend"),
+    [("native", "ngram", "auto"), ("native", "model", "llama"), ("native", "model", "native"),
+     ("llama", "model", "native")],
+    ids=["native-ngram", "native-llama_drafter", "native-native_drafter", "llama-native_drafter"],
+)  # fmt: skip
+def test_speculative_decoding_on_the_native_backend_is_exact(
+    gemma_path: Path, target_backend: str, mode: str, draft_backend: str
+) -> None:
     draft = gemma_path if mode == "model" else None
-    with Engine(gemma_path, draft, _settings("native", mode, max_draft=8, device="gpu")) as engine:
-        assert engine.props()["target"]["backend"] == "native"
+    settings = _settings(target_backend, mode, 8, "gpu", draft_backend, "gpu")
+    with Engine(gemma_path, draft, settings) as engine:
+        props = engine.props()
+        assert props["target"]["backend"] == target_backend
         if mode == "ngram":
             prompt = engine.tokenize_text("def add(a, b):\n    return a + b\n\n" * 6)
         else:
+            assert props["draft"]["backend"] == draft_backend
             prompt = engine.render_chat([{"role": "user", "content": "List five prime numbers."}]).tokens
         plain, _ = run_checked(engine, prompt, 96, speculative=False)
         spec, stats = run_checked(engine, prompt, 96, speculative=True)
         diff = assert_exact(engine, prompt, plain, spec)
         assert stats.accepted > 0
-        print(f"\nnative {mode}: acceptance {stats.acceptance_rate:.3f}, parted at {diff}")
+        label = f"{target_backend} target, {mode} drafts ({draft_backend})"
+        print(f"\n{label}: acceptance {stats.acceptance_rate:.3f}, parted at {diff}")

@@ -74,7 +74,8 @@ class Engine:
         report("loading target")
         self.backend_reason = ""
         self.target = self._load_target(Path(target))
-        self.draft_model: LlamaBackend | None = None
+        self.draft_model: LlamaBackend | NativeBackend | None = None
+        self.draft_backend_reason = ""
         self.draft_chat: ChatFormat | None = None
         self.vocab_verdict: VocabVerdict | None = None
         self.drafter: Drafter | None = None
@@ -173,19 +174,51 @@ class Engine:
         fa = self.settings.engine.flash_attn
         return f"{t.path.name}:{st.st_size}:{place}:{t.n_threads}t:{t.n_batch}b:{argmax}:fa-{fa}"
 
-    def _load_drafter(self, path: Path) -> Drafter:
+    def _draft_native_refusal(self, path: Path) -> str | None:
+        """Why the native backend cannot run this drafter with these settings (None: it can)."""
         es = self.settings.engine
+        device = es.draft_device.strip().lower()
+        if es.draft_backend == "llama":
+            return "not asked for"
+        if device == "cpu":
+            return "the settings ask for the CPU"
+        if ":" in device:
+            return f"draft device {es.draft_device!r}: the native backend runs on the current GPU only"
+        return native_support(path)
+
+    def _load_draft_model(self, path: Path) -> LlamaBackend | NativeBackend:
+        """The drafter on the backend the settings ask for; `auto` takes the native one where it can run."""
+        es = self.settings.engine
+        reason = self._draft_native_refusal(path)
+        if es.draft_backend == "native" and reason:
+            raise ModelLoadError(f"the native backend cannot run {path.name}: {reason}")
+        if es.draft_backend != "llama" and not reason:
+            try:
+                model = NativeBackend(path, n_ctx=self.target.n_ctx)
+            except ModelLoadError as exc:
+                if es.draft_backend == "native":
+                    raise
+                reason = str(exc)
+            else:
+                self.draft_backend_reason = "our kernels run this model on this GPU"
+                return model
+        self.draft_backend_reason = (
+            "llama.cpp, as the settings ask" if es.draft_backend == "llama" else f"llama.cpp: {reason}"
+        )
+        return LlamaBackend(
+            path,
+            n_ctx=self.target.n_ctx,
+            n_batch=min(es.n_batch, 512),
+            n_threads=es.n_threads,
+            device=es.draft_device,
+            gpu_layers=-1,  # gpu_layers is the target's partial offload; a drafter on a GPU goes whole
+            device_argmax=es.device_argmax,
+            flash_attn=es.flash_attn,
+        )
+
+    def _load_drafter(self, path: Path) -> Drafter:
         try:
-            model = LlamaBackend(
-                path,
-                n_ctx=self.target.n_ctx,
-                n_batch=min(es.n_batch, 512),
-                n_threads=es.n_threads,
-                device=es.draft_device,
-                gpu_layers=-1,  # gpu_layers is the target's partial offload; a drafter on a GPU goes whole
-                device_argmax=es.device_argmax,
-                flash_attn=es.flash_attn,
-            )
+            model = self._load_draft_model(path)
         except ModelLoadError as exc:
             raise DrafterUnusable(f"the drafter cannot be used: {exc}") from exc
         self.draft_model = model
@@ -346,6 +379,8 @@ class Engine:
                 path=self.draft_model.facts.path,
                 name=self.draft_model.facts.name,
                 device=self.draft_model.facts.device,
+                backend="native" if isinstance(self.draft_model, NativeBackend) else "llama",
+                backend_reason=self.draft_backend_reason,
                 gpu_layers=self.draft_model.facts.gpu_layers,
                 main_gpu=self.draft_model.main_gpu,
                 cost_per_token_ms=round(self.drafter.cost_per_token_s * 1e3, 3) if self.drafter else None,
