@@ -84,3 +84,97 @@ extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
     fs_argmax_block(v, idx);
     if (threadIdx.x == 0) out[blockIdx.x] = idx;
 }
+
+// Top-k of each logits row on the device, for sampled requests: a sampler chain that starts with top-k
+// needs only those k (value, id) pairs, not the whole row. Order: numpy.argmax's, repeatedly (best value
+// first, ties to the lower id, NaN first). Two passes as the argmax: topk_partial_f32 takes the k best of
+// each slice of FS_TOPK_SLICE logits, topk_final_f32 the k best of those parts * k candidates.
+#define FS_TOPK_MAX 64
+#define FS_TOPK_PER_THREAD 16
+#define FS_TOPK_SLICE (FS_ARGMAX_THREADS * FS_TOPK_PER_THREAD)
+
+// The k best of `count` candidates (value vals[j], id ids[j], or j + id_base when ids is null) into out_val,
+// out_idx [k] (thread 0 writes). Thread t holds candidates t + FS_ARGMAX_THREADS * e in registers and its
+// best untaken one; each round the block's best is taken from its owner. Past the candidates: (-inf, MAX).
+__device__ __forceinline__ void fs_topk_select(const float* __restrict__ vals, const i32* __restrict__ ids,
+                                               i32 id_base, i32 count, i32 k, float* __restrict__ out_val,
+                                               i32* __restrict__ out_idx) {
+    __shared__ float val_s[FS_ARGMAX_THREADS / 32];
+    __shared__ i32 idx_s[FS_ARGMAX_THREADS / 32];
+    const i32 none = 0x7fffffff;
+    float xv[FS_TOPK_PER_THREAD];
+    i32 xi[FS_TOPK_PER_THREAD];
+#pragma unroll
+    for (int e = 0; e < FS_TOPK_PER_THREAD; ++e) {
+        const i32 j = threadIdx.x + FS_ARGMAX_THREADS * e;
+        xv[e] = j < count ? vals[j] : -FS_INF;
+        xi[e] = j < count ? (ids ? ids[j] : id_base + j) : none;
+    }
+    u32 taken = 0u;
+    const i32 lane = threadIdx.x % FS_WARP;
+    const i32 warp = threadIdx.x / FS_WARP;
+    for (i32 r = 0; r < k; ++r) {
+        float v = -FS_INF;
+        i32 idx = none;
+        i32 slot = -1;
+#pragma unroll
+        for (int e = 0; e < FS_TOPK_PER_THREAD; ++e) {
+            if (!(taken >> e & 1u) && xi[e] != none && fs_argmax_better(xv[e], xi[e], v, idx)) {
+                v = xv[e];
+                idx = xi[e];
+                slot = e;
+            }
+        }
+        float bv = v;
+        i32 bi = idx;
+#pragma unroll
+        for (int m = FS_WARP / 2; m > 0; m >>= 1) {
+            const float ov = FS_SHFL_XOR(bv, m);
+            const i32 oi = FS_SHFL_XOR(bi, m);
+            if (fs_argmax_better(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (lane == 0) {
+            val_s[warp] = bv;
+            idx_s[warp] = bi;
+        }
+        __syncthreads();
+        bv = val_s[0];
+        bi = idx_s[0];
+        for (i32 w = 1; w < FS_ARGMAX_THREADS / FS_WARP; ++w) {
+            if (fs_argmax_better(val_s[w], idx_s[w], bv, bi)) {
+                bv = val_s[w];
+                bi = idx_s[w];
+            }
+        }
+        __syncthreads();  // every thread has read the round's winners before the next round writes
+        if (threadIdx.x == 0) {
+            out_val[r] = bi == none ? -FS_INF : bv;
+            out_idx[r] = bi;
+        }
+        if (bi != none && slot >= 0 && idx == bi) taken |= 1u << slot;  // ids are unique: one owner
+    }
+}
+
+// logits: [n, vocab]; part_val, part_idx: [n, gridDim.x, k], slice b of a row = [b * FS_TOPK_SLICE, + slice).
+// grid (ceil(vocab / FS_TOPK_SLICE), n), block (FS_ARGMAX_THREADS); k <= FS_TOPK_MAX.
+extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
+    topk_partial_f32(const float* __restrict__ logits, float* __restrict__ part_val, i32* __restrict__ part_idx,
+                     i32 vocab, i32 k) {
+    const i32 begin = blockIdx.x * FS_TOPK_SLICE;
+    const i64 out = ((i64)blockIdx.y * gridDim.x + blockIdx.x) * k;
+    fs_topk_select(logits + (i64)blockIdx.y * vocab + begin, nullptr, begin, min(FS_TOPK_SLICE, vocab - begin), k,
+                   part_val + out, part_idx + out);
+}
+
+// out_val, out_idx: [n, k], the k best of each row's n_parts * k partials (n_parts * k <= FS_TOPK_SLICE).
+// grid (n), block (FS_ARGMAX_THREADS).
+extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
+    topk_final_f32(const float* __restrict__ part_val, const i32* __restrict__ part_idx, float* __restrict__ out_val,
+                   i32* __restrict__ out_idx, i32 n_parts, i32 k) {
+    const i64 in = (i64)blockIdx.x * n_parts * k;
+    fs_topk_select(part_val + in, part_idx + in, 0, n_parts * k, k, out_val + (i64)blockIdx.x * k,
+                   out_idx + (i64)blockIdx.x * k);
+}

@@ -42,6 +42,27 @@ class ArgmaxRecorder:
         return best
 
 
+class TopKOnHost:
+    """A real backend given the Backend protocol's optional device top-k, taken here from its logits with
+    NumPy (best first, ties to the lower id, as the native kernels), so the engine's top-k path runs on
+    a machine without a GPU. Counts the passes that went through it."""
+
+    device_topk_max = 64
+
+    def __init__(self, backend: LlamaBackend) -> None:
+        self._backend = backend
+        self.topk_passes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = self._backend.decode(tokens, logits_from)
+        ids = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+        self.topk_passes += 1
+        return np.take_along_axis(rows, ids, axis=1), ids.astype(np.int32)
+
+
 def run_checked(
     engine: Engine, prompt: list[int], max_tokens: int, speculative: bool, draft_prompt: bytes | None = None
 ) -> tuple[list[int], Any]:

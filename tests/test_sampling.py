@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.engine.sampling import Sampler, SamplingParams, draw_index
+from app.engine.sampling import Candidates, Sampler, SamplingParams, draw_index
 from app.engine.speculative import rejection_accept, sample_and_compare
 
 ALPHA = 0.001  # significance level of every goodness-of-fit test in this file
@@ -70,6 +70,45 @@ def test_sampling_follows_the_chain_distribution() -> None:
     expected = np.array([0.5, 0.3, 0.15, 0.0]) / 0.95 * n
     assert counts[3] == 0
     assert stats.chisquare(counts[:3], expected[:3]).pvalue > ALPHA
+
+
+def _top_k(row: np.ndarray, k: int) -> Candidates:
+    """What a device top-k hands over: the k best values, best first, ties to the lower id. (With ties
+    at the k-th value the host's argpartition may keep other ids: both are top-k sets of the row.)"""
+    ids = np.lexsort((np.arange(row.shape[0]), -row))[:k]
+    return Candidates(row[ids], ids.astype(np.int32))
+
+
+@pytest.mark.parametrize(
+    ("top_k", "top_p", "min_p", "temperature"),
+    [(40, 0.95, 0.05, 0.7), (40, 1.0, 0.0, 1.0), (5, 0.5, 0.0, 1.3), (64, 0.99, 0.2, 0.2), (1, 0.9, 0, 0.7)],
+)
+def test_top_k_candidates_give_the_distribution_of_the_whole_row(
+    top_k: int, top_p: float, min_p: float, temperature: float
+) -> None:
+    rng = np.random.default_rng(top_k)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=3)
+    for trial in range(20):
+        row = (rng.standard_normal(5000) * (1 + trial)).astype(np.float32)
+        want_ids, want_p = Sampler(params, 5000).distribution(row, [])
+        got_ids, got_p = Sampler(params, 5000).distribution(_top_k(row, top_k), [])
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_allclose(got_p, want_p, rtol=1e-12)
+    # the same seed draws the same tokens from either form
+    a, b = Sampler(params, 5000), Sampler(params, 5000)
+    rows = [(rng.standard_normal(5000) * 3).astype(np.float32) for _ in range(50)]
+    assert [a.pick(r, []) for r in rows] == [b.pick(_top_k(r, top_k), []) for r in rows]
+
+
+def test_candidates_stand_in_only_for_a_top_k_chain_without_penalty() -> None:
+    assert Sampler(SamplingParams(temperature=0.7, top_k=40), 10).device_k == 40
+    assert Sampler(SamplingParams(temperature=0.0, top_k=40), 10).device_k == 0  # greedy: argmax
+    assert Sampler(SamplingParams(temperature=0.7, top_k=0), 10).device_k == 0  # no top-k
+    penalised = SamplingParams(temperature=0.7, top_k=40, repeat_penalty=1.1)
+    assert Sampler(penalised, 10).device_k == 0  # the penalty reorders the row first
+    row = np.arange(100, dtype=np.float32)
+    with pytest.raises(ValueError, match="cannot stand for a top-40"):
+        Sampler(SamplingParams(temperature=0.7, top_k=40), 100).distribution(_top_k(row, 20), [])
 
 
 def test_draw_index_is_the_inverse_cdf() -> None:

@@ -14,7 +14,7 @@ from app.engine.drafters import CrossVocabDrafter, ModelDrafter, NgramDrafter
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest
 from app.engine.sampling import SamplingParams
-from tests.helpers import assert_exact, run_checked, settings
+from tests.helpers import TopKOnHost, assert_exact, run_checked, settings
 
 PROMPTS = json.loads((Path(__file__).parent.parent / "bench" / "prompts.json").read_text())
 ALPHA = 0.01  # significance level of the sampled-distribution tests
@@ -156,6 +156,27 @@ def test_sampled_speculation_keeps_the_target_distribution(gemma_self: Engine) -
     agree = sum(a == b for a, b in zip(same_seed, plain[:50], strict=True))
     print(f"same seed, same output: {agree}/50")
     assert agree >= 45
+
+
+def test_a_device_top_k_samples_the_tokens_the_whole_rows_give(gemma_self: Engine) -> None:
+    """The default chain (top-k 40, top-p, min-p, temperature 0.7) from a backend's top-k candidates:
+    seed for seed the same tokens as from whole rows of logits, drafting and plain."""
+    prompt = gemma_self.tokenize_text("Once upon a time, in a small village by the sea,")
+    real = gemma_self.target
+    wrapped = TopKOnHost(real)
+    for speculative in (True, False):
+        for seed in range(3):
+            params = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05, seed=seed)
+            runs = []
+            for target in (real, wrapped):
+                gemma_self.target = target
+                try:
+                    request = GenerationRequest(prompt, params, 24, speculative=speculative)
+                    runs.append([t for chunk in gemma_self.generate(request) for t in chunk.tokens])
+                finally:
+                    gemma_self.target = real
+            assert runs[0] == runs[1]
+    assert wrapped.topk_passes > 0
 
 
 def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:

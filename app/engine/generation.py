@@ -14,7 +14,7 @@ from app.engine.drafters import Drafter, common_prefix
 from app.engine.errors import ContextLengthExceeded, InvalidRequest
 from app.engine.policy import DraftPolicy
 from app.engine.sampling import Sampler, SamplingParams
-from app.engine.speculative import verify
+from app.engine.speculative import sampled_rows, verify
 from app.engine.stats import SpecStats
 
 if TYPE_CHECKING:
@@ -158,7 +158,8 @@ def generate(
     if request.params.plain_greedy:
         first = target.decode_argmax(prompt[reuse:], len(prompt) - reuse - 1)[0]
     else:
-        first = sampler.pick(target.decode(prompt[reuse:], len(prompt) - reuse - 1)[0], prompt)
+        rows = sampled_rows(target, sampler, prompt[reuse:], len(prompt) - reuse - 1)
+        first = sampler.pick(rows[0], prompt)
     if use_draft:
         assert drafter is not None
         assert policy is not None

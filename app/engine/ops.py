@@ -30,6 +30,10 @@ ATTN_DEFAULT_MAX_SPLITS = 128
 ARGMAX_THREADS = 256
 ARGMAX_PER_BLOCK = 4096
 ELEMENT_THREADS = 256
+# Must match native/sample.cu: FS_TOPK_MAX, FS_TOPK_SLICE (FS_ARGMAX_THREADS x FS_TOPK_PER_THREAD). The final
+# pass holds a row's parts x k candidates in one block: at most TOPK_SLICE of them.
+TOPK_MAX = 64
+TOPK_SLICE = 4096
 # Blocks per token of qk_norm_rope_store (native/qkv.cu): each takes every QKV_HEAD_BLOCKS-th head and forms
 # the rotation angles once for them.
 QKV_HEAD_BLOCKS = 8
@@ -112,6 +116,10 @@ class Workspace:
         self.argmax_parts = _blocks(vocab, ARGMAX_PER_BLOCK)
         self.argmax_val = cupy.empty(max_rows * self.argmax_parts, dtype=cupy.float32)
         self.argmax_idx = cupy.empty(max_rows * self.argmax_parts, dtype=cupy.int32)
+        self.topk_parts = _blocks(vocab, TOPK_SLICE)
+        self.topk_max = min(TOPK_MAX, TOPK_SLICE // self.topk_parts, vocab)
+        self.topk_val = cupy.empty(max_rows * self.topk_parts * self.topk_max, dtype=cupy.float32)
+        self.topk_idx = cupy.empty(max_rows * self.topk_parts * self.topk_max, dtype=cupy.int32)
 
     def attention_splits(self, n_kv: int, groups: int) -> int:
         """Context splits of one attention launch: enough blocks to fill the GPU, within max_splits."""
@@ -519,4 +527,33 @@ def argmax(logits: Any, out: Any, workspace: Workspace) -> None:
         (n,),
         (ARGMAX_THREADS,),
         (workspace.argmax_val, workspace.argmax_idx, out, _i32(parts)),
+    )
+
+
+def top_k(logits: Any, k: int, out_val: Any, out_idx: Any, workspace: Workspace) -> None:
+    """The k best logits of each row (values and ids, best first; ties to the lower id, as argmax
+    repeated) of logits [n, vocab] into out_val [n, k] float32 and out_idx [n, k] int32."""
+    n, vocab = logits.shape
+    check("top_k.logits", logits, (n, vocab), "float32")
+    check("top_k.out_val", out_val, (n, k), "float32")
+    check("top_k.out_idx", out_idx, (n, k), "int32")
+    if not 1 <= k <= workspace.topk_max or vocab != workspace.vocab or n > workspace.max_rows:
+        raise KernelError(
+            f"top_k: k={k} of {n} rows of {vocab}; the workspace takes k <= {workspace.topk_max} of "
+            f"{workspace.max_rows} rows of {workspace.vocab}"
+        )
+    parts = workspace.topk_parts
+    launch(
+        "sample",
+        "topk_partial_f32",
+        (parts, n),
+        (ARGMAX_THREADS,),
+        (logits, workspace.topk_val, workspace.topk_idx, _i32(vocab), _i32(k)),
+    )
+    launch(
+        "sample",
+        "topk_final_f32",
+        (n,),
+        (ARGMAX_THREADS,),
+        (workspace.topk_val, workspace.topk_idx, out_val, out_idx, _i32(parts), _i32(k)),
     )

@@ -18,6 +18,15 @@ _NUCLEUS_PROBE = 256  # top-p first looks at the best 256 candidates; a full sor
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """A row's top-k logits as a backend's device top-k hands them over, instead of the whole row:
+    values (best first) and their token ids. Enough for a chain that starts with the same top-k."""
+
+    values: np.ndarray
+    ids: np.ndarray
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0
     top_k: int = 0
@@ -68,16 +77,36 @@ class Sampler:
         self._work[window] = np.where(vals > 0, vals / penalty, vals * penalty)
         return self._work
 
+    @property
+    def device_k(self) -> int:
+        """k of the top-k that can stand for a whole row (Candidates), or 0 when the chain needs the row:
+        greedy, a repetition penalty (it reorders logits before the top-k), or no top-k."""
+        p = self.params
+        return p.top_k if not p.greedy and not self._uses_penalty and p.top_k > 0 else 0
+
     def distribution(
-        self, logits: np.ndarray, history: list[int], extra: list[int] | None = None
+        self, logits: np.ndarray | Candidates, history: list[int], extra: list[int] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Candidate ids (ascending) and their probabilities after the whole chain."""
         p = self.params
+        if isinstance(logits, Candidates):  # the top-k is done: the chain goes on from it
+            if self.device_k != len(logits.ids):
+                raise ValueError(f"{len(logits.ids)} candidates cannot stand for a top-{p.top_k} chain's row")
+            local, vals = self._after_top_k(logits.values, np.arange(len(logits.ids)))
+            return self._normalised(logits.ids.astype(np.int64)[local], vals)
         x = self._penalised(logits, history, extra or [])
         if p.greedy:
             return np.array([int(x.argmax())]), np.array([1.0])
         n = x.shape[0]
         ids = np.argpartition(x, n - p.top_k)[n - p.top_k :] if 0 < p.top_k < n else None
+        if ids is None and p.top_p >= 1.0 and p.min_p <= 0.0:
+            return self._normalised(np.arange(n), x, ordered=True)
+        ids, vals = self._after_top_k(x, ids)
+        return self._normalised(ids, vals)
+
+    def _after_top_k(self, x: np.ndarray, ids: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """top-p, then min-p, over x (or the ids of x that the top-k kept): (ids, their values)."""
+        p = self.params
         if p.top_p < 1.0:
             ids = self._nucleus(x, ids, p.top_p)
         vals = x if ids is None else x[ids]
@@ -87,11 +116,17 @@ class Sampler:
             ids = np.flatnonzero(keep) if ids is None else ids[keep]
             vals = vals[keep]
         if ids is None:
-            ids = np.arange(n)
-        else:
+            ids = np.arange(x.shape[0])
+        return ids, vals
+
+    def _normalised(
+        self, ids: np.ndarray, vals: np.ndarray, ordered: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(ids ascending, the tempered softmax of their values)."""
+        if not ordered:
             order = np.argsort(ids, kind="stable")
             ids, vals = ids[order], vals[order]
-        z = vals.astype(np.float64) / p.temperature
+        z = vals.astype(np.float64) / self.params.temperature
         z -= z.max()
         probs = np.exp(z)
         probs /= probs.sum()
@@ -114,10 +149,12 @@ class Sampler:
         chosen = best[: min(cut, best.shape[0])]
         return chosen if ids is None else ids[chosen]
 
-    def pick(self, logits: np.ndarray, history: list[int], extra: list[int] | None = None) -> int:
+    def pick(
+        self, logits: np.ndarray | Candidates, history: list[int], extra: list[int] | None = None
+    ) -> int:
         """One token after history (+ extra, tokens assumed accepted); sampled requests draw once."""
         extra = extra or []
-        if self.params.greedy:
+        if self.params.greedy and not isinstance(logits, Candidates):
             return int(self._penalised(logits, history, extra).argmax())
         ids, probs = self.distribution(logits, history, extra)
         return int(ids[draw_index(probs, self.rng.random())])

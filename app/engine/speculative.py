@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from app.engine.backends.base import Backend
-from app.engine.sampling import Sampler, draw_index
+from app.engine.sampling import Candidates, Sampler, draw_index
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,18 @@ def rejection_accept(
     return False, draw_index(residual / total, rng.random())
 
 
+def sampled_rows(
+    target: Backend, sampler: Sampler, tokens: list[int], logits_from: int
+) -> Sequence[np.ndarray | Candidates]:
+    """Rows logits_from.. of a pass for a sampled request: the device's top-k of each row where the
+    backend has one and the sampler chain starts with a top-k it covers, else the rows of logits."""
+    k = sampler.device_k
+    if k and k <= getattr(target, "device_topk_max", 0):
+        values, ids = target.decode_topk(tokens, logits_from, k)
+        return [Candidates(v, i) for v, i in zip(values, ids, strict=True)]
+    return target.decode(tokens, logits_from)
+
+
 def verify(
     target: Backend,
     sampler: Sampler,
@@ -66,7 +78,7 @@ def verify(
             while accepted < len(draft) and best[accepted] == draft[accepted]:
                 accepted += 1
             return StepResult(best[: accepted + 1], accepted, verify_s)
-        rows = target.decode([committed[-1], *draft], 0)  # logits: [k+1, vocab]
+        rows = sampled_rows(target, sampler, [committed[-1], *draft], 0)  # one per token: k + 1
         verify_s = clock() - t0
         out: list[int] = []
         for i, proposed in enumerate(draft):

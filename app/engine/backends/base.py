@@ -64,6 +64,10 @@ def plan_decode(n: int, logits_from: int, start: int, n_ctx: int, batch: int) ->
 
 
 class Backend(Protocol):
+    """What the engine asks of a backend. Optional: `device_topk_max` > 0 and `decode_topk(tokens,
+    logits_from, k)` -> (values [rows, k] float32, ids [rows, k] int32), the k best logits of each row,
+    best first, taken on the device (speculative.sampled_rows uses them for top-k sampling chains)."""
+
     facts: ModelFacts
     vocab: VocabInfo
     n_vocab: int

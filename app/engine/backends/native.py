@@ -134,7 +134,7 @@ class NativeBackend:
             self._allocate()
             # One pass now: the kernels compile here (NVRTC), so a compiler that fails is a load error
             # (and `auto` can still take llama.cpp), not the first request's.
-            self._decode([0], 0, self.best)
+            self.decode_argmax([0], 0)
             self.rollback(0)
         except (
             KernelError,
@@ -240,6 +240,9 @@ class NativeBackend:
         self.best = cupy.zeros(w, dtype=cupy.int32)
         self.cache = ops.KVCache(c.n_layer, self.n_ctx, c.n_head_kv, c.head_dim)
         self.workspace = ops.Workspace(max_rows=w, n_head=c.n_head, head_dim=c.head_dim, vocab=c.n_vocab)
+        self.device_topk_max = self.workspace.topk_max
+        self.topk_val = cupy.zeros((w, self.device_topk_max), dtype=f32)
+        self.topk_idx = cupy.zeros((w, self.device_topk_max), dtype=cupy.int32)
         self._host_in = np.zeros(2 * w, dtype=np.int32)
         self._arange = np.arange(w, dtype=np.int32)
         self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -358,8 +361,9 @@ class NativeBackend:
                 finally:
                     self._graphs[key] = self.stream.end_capture()
 
-    def _decode(self, tokens: list[int], logits_from: int, source: Any) -> np.ndarray:
-        """Run tokens through the model; returns rows logits_from.. of `source` (logits or argmax ids)."""
+    def _decode(self, tokens: list[int], logits_from: int, fetch: Any) -> Any:
+        """Run tokens through the model; returns fetch(first row, rows) of the last pass's output rows
+        logits_from.. (a copy to the host, made on our stream before it is synchronised)."""
         n = len(tokens)
         start = len(self.kv_tokens)
         w = self.max_width
@@ -368,7 +372,8 @@ class NativeBackend:
         try:
             for chunk in range(0, n, w):
                 self._run(tokens[chunk : chunk + w], start + chunk, logits=chunk == last)
-            out = source[row : row + n - logits_from].get(stream=self.stream)
+            with self.stream:
+                out = fetch(row, n - logits_from)
             self.stream.synchronize()
         except Exception as exc:  # a kernel refused, or the device failed: nothing is committed
             self._graphs.clear()
@@ -377,10 +382,21 @@ class NativeBackend:
         return out
 
     def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
-        return self._decode(tokens, logits_from, self.logits)
+        return self._decode(tokens, logits_from, lambda r, m: self.logits[r : r + m].get(stream=self.stream))
 
     def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
-        return self._decode(tokens, logits_from, self.best).tolist()
+        best = self._decode(tokens, logits_from, lambda r, m: self.best[r : r + m].get(stream=self.stream))
+        return best.tolist()
+
+    def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best logits of rows logits_from.. (values, ids; best first), taken on the device."""
+
+        def fetch(r: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+            val, idx = self.topk_val[:m, :k], self.topk_idx[:m, :k]
+            ops.top_k(self.logits[r : r + m], k, val, idx, self.workspace)
+            return val.get(stream=self.stream), idx.get(stream=self.stream)
+
+        return self._decode(tokens, logits_from, fetch)
 
     def profile(self, width: int = 1, repeats: int = 20) -> dict[str, Any]:
         """Where a pass of `width` tokens spends its time: device time per kernel (eager launches, timed
@@ -438,7 +454,8 @@ class NativeBackend:
 
     def close(self) -> None:
         self._graphs.clear()
-        buffers = ("logits", "best", "ids", "pos", "x", "h", "o", "q", "proj", "attn", "gate", "layers")
+        buffers = ("logits", "best", "topk_val", "topk_idx", "ids", "pos", "x", "h", "o", "q", "proj", "attn")
+        buffers = (*buffers, "gate", "layers")
         for name in ("weights", "vectors", "output", "model", "cache", "workspace", *buffers):
             if hasattr(self, name):
                 delattr(self, name)
