@@ -1,6 +1,6 @@
 """The native backend on token ids alone (no tokenizer, so no llama.cpp needed): logits against the NumPy
-reference, a verify pass against single steps, greedy decode speed, verify cost by width, GB/s, and where
-a pass spends its time. One JSON line per model.
+reference, a verify pass against single steps, greedy decode speed, verify cost by width, GB/s, a sampled
+step with the row of logits or the device's top-k, and where a pass spends its time. One JSON per model.
 
   python scripts/native-probe.py MODEL.gguf [MODEL.gguf ...] [--reference] [--tokens 128]
 """
@@ -18,6 +18,7 @@ import numpy as np
 from app.backend_bench import bytes_per_token
 from app.engine.backends.native import NativeBackend
 from app.engine.reference import ReferenceModel
+from app.engine.sampling import Candidates, Sampler, SamplingParams
 
 
 def probe(path: Path, n_tokens: int, reference: bool, bandwidth: float) -> dict:
@@ -68,8 +69,32 @@ def probe(path: Path, n_tokens: int, reference: bool, bandwidth: float) -> dict:
         verify[k] = round(statistics.median(times[2:]) * 1e3, 4)
     backend.rollback(n_keep)
     out["verify_ms"] = verify
+    out["sampled_step_ms"] = sampled_steps(backend, ids)
     out["profile"] = [backend.profile(w) for w in (1, 17)]
     backend.close()
+    return out
+
+
+def sampled_steps(backend: NativeBackend, ids: list[int], n: int = 200) -> dict[str, float]:
+    """Median ms per sampled token (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05) with the row of
+    logits copied to the host, and with the device's top-k handed to the sampler instead."""
+    params = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05, seed=1)
+    out = {}
+    for mode in ("row", "top_k"):
+        sampler = Sampler(params, backend.n_vocab)
+        backend.rollback(0)
+        token = backend.decode_argmax(ids, len(ids) - 1)[0]
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            if mode == "row":
+                token = sampler.pick(backend.decode([token], 0)[0], [])
+            else:
+                values, top = backend.decode_topk([token], 0, 40)
+                token = sampler.pick(Candidates(values[0], top[0]), [])
+            times.append(time.perf_counter() - t0)
+        out[mode] = round(statistics.median(times) * 1e3, 4)
+    backend.rollback(0)
     return out
 
 

@@ -241,8 +241,8 @@ class NativeBackend:
         self.cache = ops.KVCache(c.n_layer, self.n_ctx, c.n_head_kv, c.head_dim)
         self.workspace = ops.Workspace(max_rows=w, n_head=c.n_head, head_dim=c.head_dim, vocab=c.n_vocab)
         self.device_topk_max = self.workspace.topk_max
-        self.topk_val = cupy.zeros((w, self.device_topk_max), dtype=f32)
-        self.topk_idx = cupy.zeros((w, self.device_topk_max), dtype=cupy.int32)
+        self.topk_val = cupy.zeros(w * self.device_topk_max, dtype=f32)  # [rows, k] for the k asked
+        self.topk_idx = cupy.zeros(w * self.device_topk_max, dtype=cupy.int32)
         self._host_in = np.zeros(2 * w, dtype=np.int32)
         self._arange = np.arange(w, dtype=np.int32)
         self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -392,7 +392,7 @@ class NativeBackend:
         """The k best logits of rows logits_from.. (values, ids; best first), taken on the device."""
 
         def fetch(r: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-            val, idx = self.topk_val[:m, :k], self.topk_idx[:m, :k]
+            val, idx = self.topk_val[: m * k].reshape(m, k), self.topk_idx[: m * k].reshape(m, k)
             ops.top_k(self.logits[r : r + m], k, val, idx, self.workspace)
             return val.get(stream=self.stream), idx.get(stream=self.stream)
 
