@@ -24,6 +24,8 @@ def settings(mode: str = "auto", max_draft: int = 8, adaptive: bool = False, n_c
 class ArgmaxRecorder:
     """Delegates to a real backend and remembers the argmax of every logits row it returned."""
 
+    device_topk_max = 0  # rows of logits only, each one recorded (no device top-k passes by)
+
     def __init__(self, backend: LlamaBackend) -> None:
         self._backend = backend
         self.passes: list[list[int]] = []

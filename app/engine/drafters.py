@@ -223,6 +223,8 @@ def measure_token_cost(model: Backend, repeats: int = 3) -> tuple[float, float]:
     """Seconds per token of `model` drafting (one-token decodes) and reading context (a 64-token batch)."""
     model.rollback(0)
     base = [model.vocab.bos if model.vocab.bos >= 0 else 1] * 64
+    model.decode_argmax(base, len(base) - 1)  # untimed: a first pass of a shape may build or capture it
+    model.rollback(0)
     t0 = time.perf_counter()
     model.decode_argmax(base, len(base) - 1)
     prefill = (time.perf_counter() - t0) / len(base)

@@ -24,7 +24,7 @@ from app.catalog import gguf
 from app.engine import kernels, ops, qmatmul
 from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
 from app.engine.errors import DecodeError, ModelLoadError
-from app.engine.kernels import KernelError, is_hip
+from app.engine.kernels import is_hip
 from app.engine.reference import ModelConfig, ReferenceModel
 
 log = logging.getLogger("foresight.native")
@@ -77,6 +77,8 @@ def native_support(path: str | Path, header: gguf.GGUFHeader | None = None) -> s
         config = ModelConfig.from_header(header)
     except (ModelLoadError, ValueError) as exc:
         return str(exc)
+    if any("ffn_gate_inp" in t.name or len(t.shape) > 2 for t in header.tensors):
+        return "mixture-of-experts layers"
     if config.head_dim not in ops.ATTN_HEAD_DIMS:
         return f"head size {config.head_dim} (the attention kernels take {ops.ATTN_HEAD_DIMS})"
     if config.logit_softcap:
@@ -110,7 +112,10 @@ class NativeBackend:
         if reason:
             raise ModelLoadError(f"the native backend cannot run {self.path.name}: {reason}")
         cupy = _cupy()
-        self.model = ReferenceModel(self.path, self.header)
+        try:
+            self.model = ReferenceModel(self.path, self.header)
+        except ValueError as exc:  # what the reference does not implement, named
+            raise ModelLoadError(f"the native backend cannot run {self.path.name}: {exc}") from exc
         c = self.config = self.model.config
         self.n_ctx = int(n_ctx)
         self.n_batch = self.max_width = int(max_width)
@@ -136,13 +141,7 @@ class NativeBackend:
             # (and `auto` can still take llama.cpp), not the first request's.
             self.decode_argmax([0], 0)
             self.rollback(0)
-        except (
-            KernelError,
-            DecodeError,
-            MemoryError,
-            cupy.cuda.memory.OutOfMemoryError,
-            cupy.cuda.runtime.CUDARuntimeError,
-        ) as exc:
+        except Exception as exc:  # a kernel, the compiler, the device or a tensor it did not expect
             self.close()
             raise ModelLoadError(f"the native backend could not load {self.path.name}: {exc}") from exc
         n_params = sum(math.prod(t.shape) for t in self.header.tensors)
@@ -390,6 +389,8 @@ class NativeBackend:
 
     def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best logits of rows logits_from.. (values, ids; best first), taken on the device."""
+        if not 1 <= k <= self.device_topk_max:
+            raise ValueError(f"top-{k}: the device top-k takes 1..{self.device_topk_max}")
 
         def fetch(r: int, m: int) -> tuple[np.ndarray, np.ndarray]:
             val, idx = self.topk_val[: m * k].reshape(m, k), self.topk_idx[: m * k].reshape(m, k)
