@@ -7,19 +7,33 @@
 // only its own elements, so out may be x (in place) and, in the fused kernel, out may be x or residual.
 #include "compat.cuh"
 
+// 1 / sqrt(mean(row^2) + eps) from each thread's share of the sum of squares (every norm kernel sums its
+// thread's elements i, i + blockDim.x, ... in order, then over the block in a fixed order).
+__device__ __forceinline__ float fs_rms_inv(float ss, i32 d, float eps, float* scratch) {
+    ss = fs_block_sum(ss, scratch);
+    return 1.0f / sqrtf(ss / (float)d + eps);
+}
+
+// This thread's share of the sum of squares of a row of d.
+__device__ __forceinline__ float fs_sum_squares(const float* row, i32 d) {
+    float ss = 0.0f;
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(row[i], row[i], ss);
+    return ss;
+}
+
+// out = row * inv * weight, each thread its own elements.
+__device__ __forceinline__ void fs_scale_row(const float* row, float inv, const float* __restrict__ weight,
+                                             float* out, i32 d) {
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[i] = row[i] * inv * weight[i];
+}
+
 // x, out: [rows, d]; weight: [d]. grid (rows), block (64 .. 1024).
 extern "C" __global__ void rms_norm_f32(const float* x, const float* __restrict__ weight, float* out, i32 d,
                                         float eps) {
     __shared__ float scratch[32];
     const i64 base = (i64)blockIdx.x * d;
-    float ss = 0.0f;
-    for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
-        const float v = x[base + i];
-        ss = fmaf(v, v, ss);
-    }
-    ss = fs_block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
-    for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[base + i] = x[base + i] * inv * weight[i];
+    const float inv = fs_rms_inv(fs_sum_squares(x + base, d), d, eps, scratch);
+    fs_scale_row(x + base, inv, weight, out + base, d);
 }
 
 // residual += x; out = rms_norm(residual) * weight. x, residual, out: [rows, d]. grid (rows), block (64 .. 1024).
@@ -33,9 +47,7 @@ extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, con
         residual[base + i] = v;
         ss = fmaf(v, v, ss);
     }
-    ss = fs_block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
-    for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[base + i] = residual[base + i] * inv * weight[i];
+    fs_scale_row(residual + base, fs_rms_inv(ss, d, eps, scratch), weight, out + base, d);
 }
 
 // Gemma's sublayer boundary in one launch: residual += rms_norm(x) * w_post (the sublayer's output norm),
@@ -50,13 +62,7 @@ extern "C" __global__ void rms_norm_add_rms_norm_f32(const float* x, const float
 #endif
     __shared__ float scratch[32];
     const i64 base = (i64)blockIdx.x * d;
-    float ss = 0.0f;
-    for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
-        const float v = x[base + i];
-        ss = fmaf(v, v, ss);
-    }
-    ss = fs_block_sum(ss, scratch);
-    const float inv_x = 1.0f / sqrtf(ss / (float)d + eps);
+    const float inv_x = fs_rms_inv(fs_sum_squares(x + base, d), d, eps, scratch);
     float ss2 = 0.0f;
     for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
         // _rn: no contraction into an fma, so the sum rounds as add_f32's does
@@ -64,7 +70,5 @@ extern "C" __global__ void rms_norm_add_rms_norm_f32(const float* x, const float
         residual[base + i] = v;
         ss2 = fmaf(v, v, ss2);
     }
-    ss2 = fs_block_sum(ss2, scratch);
-    const float inv = 1.0f / sqrtf(ss2 / (float)d + eps);
-    for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[base + i] = residual[base + i] * inv * w_next[i];
+    fs_scale_row(residual + base, fs_rms_inv(ss2, d, eps, scratch), w_next, out + base, d);
 }

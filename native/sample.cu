@@ -99,8 +99,6 @@ extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
 __device__ __forceinline__ void fs_topk_select(const float* __restrict__ vals, const i32* __restrict__ ids,
                                                i32 id_base, i32 count, i32 k, float* __restrict__ out_val,
                                                i32* __restrict__ out_idx) {
-    __shared__ float val_s[FS_ARGMAX_THREADS / 32];
-    __shared__ i32 idx_s[FS_ARGMAX_THREADS / 32];
     const i32 none = 0x7fffffff;
     float xv[FS_TOPK_PER_THREAD];
     i32 xi[FS_TOPK_PER_THREAD];
@@ -111,8 +109,6 @@ __device__ __forceinline__ void fs_topk_select(const float* __restrict__ vals, c
         xi[e] = j < count ? (ids ? ids[j] : id_base + j) : none;
     }
     u32 taken = 0u;
-    const i32 lane = threadIdx.x % FS_WARP;
-    const i32 warp = threadIdx.x / FS_WARP;
     for (i32 r = 0; r < k; ++r) {
         float v = -FS_INF;
         i32 idx = none;
@@ -127,29 +123,8 @@ __device__ __forceinline__ void fs_topk_select(const float* __restrict__ vals, c
         }
         float bv = v;
         i32 bi = idx;
-#pragma unroll
-        for (int m = FS_WARP / 2; m > 0; m >>= 1) {
-            const float ov = FS_SHFL_XOR(bv, m);
-            const i32 oi = FS_SHFL_XOR(bi, m);
-            if (fs_argmax_better(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-        if (lane == 0) {
-            val_s[warp] = bv;
-            idx_s[warp] = bi;
-        }
-        __syncthreads();
-        bv = val_s[0];
-        bi = idx_s[0];
-        for (i32 w = 1; w < FS_ARGMAX_THREADS / FS_WARP; ++w) {
-            if (fs_argmax_better(val_s[w], idx_s[w], bv, bi)) {
-                bv = val_s[w];
-                bi = idx_s[w];
-            }
-        }
-        __syncthreads();  // every thread has read the round's winners before the next round writes
+        fs_argmax_block(bv, bi);
+        __syncthreads();  // fs_argmax_block's shared slots are read by all before the next round writes
         if (threadIdx.x == 0) {
             out_val[r] = bi == none ? -FS_INF : bv;
             out_idx[r] = bi;
