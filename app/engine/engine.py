@@ -54,6 +54,39 @@ class Prompt:
             self.media.close()
 
 
+def _native_refusal(
+    path: Path, choice: str, setting: str, device: str, limit: str | None = None
+) -> str | None:
+    """Why the native backend cannot run this model as the settings place it (None: it can). `choice` is
+    the backend setting (auto, llama, native), `device` the device setting named `setting`, `limit` a
+    reason the caller's other settings give."""
+    place = device.strip().lower()
+    if choice == "llama":
+        return "not asked for"
+    if place == "cpu":
+        return "the settings ask for the CPU"
+    if ":" in place:
+        return f"{setting} {device!r}: the native backend runs on the current GPU only"
+    return limit or native_support(path)
+
+
+def _native_or_why_not(
+    path: Path, choice: str, refusal: str | None, n_ctx: int
+) -> tuple[NativeBackend | None, str]:
+    """The model on our kernels where `choice` and `refusal` allow, with the reason to report; or None and
+    why llama.cpp runs it. Where native was asked for and cannot run, ModelLoadError says why."""
+    if choice == "native" and refusal:
+        raise ModelLoadError(f"the native backend cannot run {path.name}: {refusal}")
+    if choice != "llama" and not refusal:
+        try:
+            return NativeBackend(path, n_ctx=n_ctx), "our kernels run this model on this GPU"
+        except ModelLoadError as exc:
+            if choice == "native":
+                raise
+            refusal = str(exc)
+    return None, "llama.cpp, as the settings ask" if choice == "llama" else f"llama.cpp: {refusal}"
+
+
 class Engine:
     """The one owner of the loaded models; call it from one thread at a time."""
 
@@ -116,23 +149,11 @@ class Engine:
     def _load_target(self, path: Path) -> Any:
         """The target on the backend the settings ask for; `auto` takes the native one where it can run."""
         es = self.settings.engine
-        native_reason = self._native_refusal(path)
-        if es.backend == "native" and native_reason:
-            raise ModelLoadError(f"the native backend cannot run {path.name}: {native_reason}")
-        if es.backend != "llama" and not native_reason:
-            try:
-                target = NativeBackend(path, n_ctx=es.n_ctx)
-            except ModelLoadError as exc:
-                if es.backend == "native":
-                    raise
-                native_reason = str(exc)
-            else:
-                self.backend_reason = "our kernels run this model on this GPU"
-                return target
-        if es.backend == "auto":
-            self.backend_reason = f"llama.cpp: {native_reason}"
-        elif es.backend == "llama":
-            self.backend_reason = "llama.cpp, as the settings ask"
+        native, self.backend_reason = _native_or_why_not(
+            path, es.backend, self._native_refusal(path), es.n_ctx
+        )
+        if native is not None:
+            return native
         return LlamaBackend(
             path,
             n_ctx=es.n_ctx,
@@ -148,20 +169,15 @@ class Engine:
     def _native_refusal(self, path: Path) -> str | None:
         """Why the native backend cannot take this target with these settings (None: it can)."""
         es, ds = self.settings.engine, self.settings.draft
-        device = es.device.strip().lower()
-        if es.backend == "llama":
-            return "not asked for"
-        if device == "cpu":
-            return "the settings ask for the CPU"
-        if ":" in device:
-            return f"device {es.device!r}: the native backend runs on the current GPU only"
         if ds.mode != "none" and ds.max_draft + 1 > NATIVE_MAX_WIDTH:
-            return f"drafts of {ds.max_draft} tokens: its passes take at most {NATIVE_MAX_WIDTH} tokens"
-        if es.mmproj:
-            return "images go through libmtmd, which needs the model in llama.cpp"
-        if es.tensor_split or es.gpu_layers != -1:
-            return "a split or partial offload of the model"
-        return native_support(path)
+            limit = f"drafts of {ds.max_draft} tokens: its passes take at most {NATIVE_MAX_WIDTH} tokens"
+        elif es.mmproj:
+            limit = "images go through libmtmd, which needs the model in llama.cpp"
+        elif es.tensor_split or es.gpu_layers != -1:
+            limit = "a split or partial offload of the model"
+        else:
+            limit = None
+        return _native_refusal(path, es.backend, "device", es.device, limit)
 
     def _cost_key(self) -> str:
         t = self.target
@@ -174,37 +190,15 @@ class Engine:
         fa = self.settings.engine.flash_attn
         return f"{t.path.name}:{st.st_size}:{place}:{t.n_threads}t:{t.n_batch}b:{argmax}:fa-{fa}"
 
-    def _draft_native_refusal(self, path: Path) -> str | None:
-        """Why the native backend cannot run this drafter with these settings (None: it can)."""
-        es = self.settings.engine
-        device = es.draft_device.strip().lower()
-        if es.draft_backend == "llama":
-            return "not asked for"
-        if device == "cpu":
-            return "the settings ask for the CPU"
-        if ":" in device:
-            return f"draft device {es.draft_device!r}: the native backend runs on the current GPU only"
-        return native_support(path)
-
     def _load_draft_model(self, path: Path) -> LlamaBackend | NativeBackend:
         """The drafter on the backend the settings ask for; `auto` takes the native one where it can run."""
         es = self.settings.engine
-        reason = self._draft_native_refusal(path)
-        if es.draft_backend == "native" and reason:
-            raise ModelLoadError(f"the native backend cannot run {path.name}: {reason}")
-        if es.draft_backend != "llama" and not reason:
-            try:
-                model = NativeBackend(path, n_ctx=self.target.n_ctx)
-            except ModelLoadError as exc:
-                if es.draft_backend == "native":
-                    raise
-                reason = str(exc)
-            else:
-                self.draft_backend_reason = "our kernels run this model on this GPU"
-                return model
-        self.draft_backend_reason = (
-            "llama.cpp, as the settings ask" if es.draft_backend == "llama" else f"llama.cpp: {reason}"
+        refusal = _native_refusal(path, es.draft_backend, "draft device", es.draft_device)
+        native, self.draft_backend_reason = _native_or_why_not(
+            path, es.draft_backend, refusal, self.target.n_ctx
         )
+        if native is not None:
+            return native
         return LlamaBackend(
             path,
             n_ctx=self.target.n_ctx,
