@@ -114,8 +114,10 @@ def library() -> KernelLibrary:
     return _library
 
 
-def check(name: str, array: Any, shape: Sequence[int | None], dtype: str) -> None:
-    """Raise KernelError unless `array` is a C-contiguous device array of this shape (None: any) and dtype."""
+def check(name: str, array: Any, shape: Sequence[int | None], dtype: str, rows: bool = False) -> None:
+    """Raise KernelError unless `array` is a C-contiguous device array of this shape (None: any) and dtype.
+
+    rows: a 2-D array need only be rows of contiguous elements, such as a column slice of a wider one."""
     if not hasattr(array, "data") or not hasattr(array, "device"):
         raise KernelError(f"{name}: expected a device array, got {type(array).__name__}")
     if str(array.dtype) != dtype:
@@ -124,7 +126,12 @@ def check(name: str, array: Any, shape: Sequence[int | None], dtype: str) -> Non
         want is not None and got != want for got, want in zip(array.shape, shape, strict=True)
     ):
         raise KernelError(f"{name}: shape {tuple(array.shape)}, expected {tuple(shape)}")
-    if not array.flags.c_contiguous:
+    if rows:
+        row, col = array.strides
+        overlapping = array.shape[0] > 1 and row < col * array.shape[1]
+        if col != array.itemsize or row % array.itemsize or overlapping:
+            raise KernelError(f"{name}: strides {array.strides} are not rows of contiguous elements")
+    elif not array.flags.c_contiguous:
         raise KernelError(f"{name}: not contiguous")
 
 

@@ -275,14 +275,8 @@ def kv_store(k: Any, v: Any, positions: Any, cache_k: Any, cache_v: Any) -> None
 def _row_view(name: str, a: Any, n: int, width: int) -> int:
     """Row stride (elements) of a float32 [n, width] device array whose rows are contiguous, such as a
     column slice of a fused projection's output."""
-    if not hasattr(a, "data") or not hasattr(a, "device") or not hasattr(a, "strides"):
-        raise KernelError(f"{name}: expected a device array, got {type(a).__name__}")
-    if str(a.dtype) != "float32" or tuple(a.shape) != (n, width):
-        raise KernelError(f"{name}: {a.dtype} {tuple(a.shape)}, expected float32 {(n, width)}")
-    row, col = a.strides
-    if col != 4 or row % 4 or (n > 1 and row < 4 * width):
-        raise KernelError(f"{name}: strides {a.strides} are not rows of contiguous elements")
-    return row // 4
+    check(name, a, (n, width), "float32", rows=True)
+    return a.strides[0] // 4
 
 
 def qk_norm_rope_store(
