@@ -28,7 +28,7 @@ case "${1:-}" in
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt"
     # pytest plugins there import NumPy early; llama_cpp must come first (CUDA build), so start from it.
     FORESIGHT_TEST_GEMMA=$G FORESIGHT_TEST_QWEN=$Q python3 -c "import llama_cpp, sys, pytest; \
-      sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-m', 'gpu', '-q', '-s', 'tests/test_gpu.py']))" \
+      sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-m', 'gpu', '-q', '-s', 'tests/engine/test_gpu.py']))" \
       > "$OUT/pytest-gpu.txt" 2>&1
     tail -n 5 "$OUT/pytest-gpu.txt" ;;
   shapes)
@@ -73,7 +73,7 @@ r['draft_lengths']) for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r
   native)
     export FORESIGHT_TEST_GEMMA=$G FORESIGHT_TEST_QWEN=$Q
     python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', \
-      '-q', '-s', '-rs', 'tests/test_native_quant.py', 'tests/test_native_ops.py', 'tests/test_native_backend.py']))" \
+      '-q', '-s', '-rs', 'tests/engine/kernels/test_native_quant.py', 'tests/engine/kernels/test_native_ops.py', 'tests/engine/test_native_backend.py']))" \
       > "$OUT/pytest-native.txt" 2>&1
     tail -n 30 "$OUT/pytest-native.txt"
     R=/root/gpu/random; mkdir -p "$R"; [ -f /root/gpu/vocab.gguf ] || cp .gpu/vocab.gguf /root/gpu/

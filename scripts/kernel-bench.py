@@ -1,4 +1,4 @@
-"""Time the native GEMV (app.engine.qmatmul.matmul) per weight type and batch on a GPU.
+"""Time the native GEMV (app.engine.kernels.qmatmul.matmul) per weight type and batch on a GPU.
 
 Each measurement is one CUDA graph of many matmul calls (so CuPy's ~9 us of host time per launch is not
 what gets measured), cycling through enough copies of the weight to overflow the L2 cache (weights come
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.engine import kernels, qmatmul
+from app.engine.kernels import qmatmul, runtime
 
 SHAPES = {  # (out, in) of each matrix; the types a Q4_K_M file gives it
     "qwen2.5-7b": [
@@ -106,7 +106,7 @@ def time_matmul(cupy, weights, b: int, calls: int, repeats: int) -> float:
     stream = cupy.cuda.Stream(non_blocking=True)
     graph = None
     with stream:
-        if not kernels.is_hip():
+        if not runtime.is_hip():
             stream.begin_capture()
             for i in range(calls):
                 qmatmul.matmul(x, weights[i % len(weights)], out)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.backend_bench import bytes_per_token
+from app.cli.backend_bench import bytes_per_token
 from app.engine.backends.native import NativeBackend
-from app.engine.reference import ReferenceModel
+from app.engine.kernels.reference import ReferenceModel
 from app.engine.sampling import Candidates, Sampler, SamplingParams
 
 

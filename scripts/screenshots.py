@@ -23,7 +23,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.catalog.packaged import resolve_model
-from app.chats import ChatStore
+from app.chats.store import ChatStore
 from app.ui.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent

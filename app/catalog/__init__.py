@@ -1,1 +1,1 @@
-"""Models: GGUF headers, the models that ship as Python packages, and (later) the curated catalog."""
+"""Models: GGUF headers, curated pairs and their fit, the local library, packaged models, downloads."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.catalog import fit
-from app.hub import FileSpec
+from app.catalog.download import FileSpec
 
 SCHEMA = 1
 

@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app import hub
-from app.catalog import gguf
+from app.catalog import download, gguf
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class Library:
 
     def scan(self, include_hf_cache: bool = True) -> list[LocalModel]:
         """Every GGUF the app knows: the manifest, files dropped into the models folder, the HF cache."""
-        manifest = hub.read_manifest(self.models_dir)
+        manifest = download.read_manifest(self.models_dir)
         seen: set[Path] = set()
         models = []
         for key, entry in sorted(manifest.items()):
@@ -101,7 +100,7 @@ class Library:
         if self.models_dir.is_dir():
             for path in sorted(self.models_dir.rglob("*.gguf")):
                 rel = path.relative_to(self.models_dir)
-                if rel.parts[0] == hub.PARTIAL_DIR or path.resolve() in seen or _is_shard_tail(path):
+                if rel.parts[0] == download.PARTIAL_DIR or path.resolve() in seen or _is_shard_tail(path):
                     continue
                 seen.add(path.resolve())
                 models.append(_describe(path, "found"))
@@ -167,10 +166,10 @@ class Library:
             key = f"import:{path}"
             entry["path"] = str(path)
         entry["added"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        with hub.manifest_lock(self.models_dir):
-            manifest = hub.read_manifest(self.models_dir)
+        with download.manifest_lock(self.models_dir):
+            manifest = download.read_manifest(self.models_dir)
             manifest[key] = entry
-            hub.write_manifest(self.models_dir, manifest)
+            download.write_manifest(self.models_dir, manifest)
         return _describe(path, "import", entry)
 
     def resolve(self, name: str) -> Path:
@@ -201,8 +200,8 @@ class Library:
             raise FileNotFoundError(f"{path} is not a model in the library")
         root = self.models_dir.resolve()
         inside = root in resolved.parents
-        with hub.manifest_lock(self.models_dir):
-            manifest = hub.read_manifest(self.models_dir)
+        with download.manifest_lock(self.models_dir):
+            manifest = download.read_manifest(self.models_dir)
             files = _shards(resolved) if inside else [resolved]
 
             def listed_as(key: str, entry: dict) -> Path:
@@ -210,7 +209,7 @@ class Library:
 
             for key in [k for k, e in manifest.items() if listed_as(k, e) in files]:
                 del manifest[key]
-            hub.write_manifest(self.models_dir, manifest)
+            download.write_manifest(self.models_dir, manifest)
         if not inside:
             return f"forgot {path} (the file itself was left where it is)"
         for f in files:
@@ -229,7 +228,7 @@ class Library:
                 results.append((model, model.problem))
                 continue
             if model.sha256:
-                actual = hub.sha256_file(model.path)
+                actual = download.sha256_file(model.path)
                 if actual != model.sha256:
                     results.append((model, f"SHA-256 mismatch: expected {model.sha256}, found {actual}"))
                     continue

@@ -1,1 +1,1 @@
-"""The engine: loads models, decodes speculatively, serves HTTP. Never imports Qt."""
+"""The engine core: loads models and decodes speculatively. Never imports Qt or the HTTP layer."""

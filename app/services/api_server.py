@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import keyring.backend
 import keyring.errors
 
-from app.hub import KEYRING_SERVICE, TokenStore
+from app.keystore import KEYRING_SERVICE, TokenStore
 
 API_KEY_USER = "api-key"
 LAN_HOST = "0.0.0.0"

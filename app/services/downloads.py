@@ -1,4 +1,4 @@
-"""Model downloads for the GUI: app.hub's DownloadJob on a worker thread, reported through Qt signals."""
+"""Model downloads for the GUI: app.catalog.download's DownloadJob on a worker thread, as Qt signals."""
 
 from __future__ import annotations
 
@@ -7,27 +7,27 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app import hub
+from app.catalog import download
 
 
 class DownloadTask(QObject):
     """One download job (a pair is one job). Signals arrive on the thread that created the task."""
 
-    progress = Signal(object)  # hub.Progress
+    progress = Signal(object)  # download.Progress
     finished = Signal(list)  # the installed paths, in the job's order
     failed = Signal(str)
     stopped = Signal(bool)  # True: paused (resumable), False: cancelled
 
     def __init__(
         self,
-        files: list[hub.FileSpec],
+        files: list[download.FileSpec],
         models_dir: Path,
         token: str | None = None,
         endpoint: str | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
-        self.job = hub.DownloadJob(files, models_dir, token, self.progress.emit, endpoint)
+        self.job = download.DownloadJob(files, models_dir, token, self.progress.emit, endpoint)
         self._thread: threading.Thread | None = None
 
     @property
@@ -53,9 +53,9 @@ class DownloadTask(QObject):
     def _run(self) -> None:
         try:
             result = self.job.run()
-        except hub.DownloadStopped as stop:
+        except download.DownloadStopped as stop:
             self.stopped.emit(stop.paused)
-        except hub.HubError as exc:
+        except download.HubError as exc:
             self.failed.emit(str(exc))
         else:
             self.finished.emit([str(p) for p in result.paths])

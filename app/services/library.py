@@ -24,8 +24,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtNetwork import QNetworkReply, QNetworkRequest
 
-from app import hub
-from app.catalog import curated, gguf, pairing
+from app.catalog import curated, download, gguf, pairing
 from app.catalog.library import Library, LocalModel
 from app.services.client import EngineClient, sse_data
 from app.services.downloads import DownloadTask
@@ -71,19 +70,19 @@ def installed_paths(pair: curated.Pair, models_dir: Path) -> dict[str, Path] | N
     """The pair's files to load ({"target", "drafter", and "mmproj" for a vision pair}) when every file
     is in, else None."""
     specs = pair.file_specs()
-    if not all(hub.library_path(models_dir, s.repo, s.filename).is_file() for s in specs):
+    if not all(download.library_path(models_dir, s.repo, s.filename).is_file() for s in specs):
         return None
     roles = [("target", pair.target), ("drafter", pair.drafter)]
     if pair.mmproj is not None:
         roles.append(("mmproj", pair.mmproj))
-    return {role: hub.library_path(models_dir, m.repo, m.first) for role, m in roles}
+    return {role: download.library_path(models_dir, m.repo, m.first) for role, m in roles}
 
 
 def _size(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def describe_progress(p: hub.Progress) -> str:
+def describe_progress(p: download.Progress) -> str:
     """One line for a download: share, bytes, speed and time left."""
     if p.state == "planning":
         return "asking the hub for file sizes…"
@@ -188,7 +187,7 @@ class CatalogModel(_Table):
         self.endpoint = endpoint
         self.fits: dict[str, dict] = {}
         self.tasks: dict[str, DownloadTask] = {}
-        self.progress: dict[str, hub.Progress] = {}
+        self.progress: dict[str, download.Progress] = {}
         self.states: dict[str, str] = {}  # downloading | paused | cancelled | failed | done
         self.messages: dict[str, str] = {}
         self._installed = {p.id: installed_paths(p, self.models_dir) for p in pairs}
@@ -281,7 +280,7 @@ class CatalogModel(_Table):
             task.stopped.connect(lambda paused, i=pair_id: self._stopped(i, paused))
             self.tasks[pair_id] = task
         self.states[pair_id] = "downloading"
-        self.progress[pair_id] = hub.Progress("planning")
+        self.progress[pair_id] = download.Progress("planning")
         self._changed(pair_id)
         task.start()
 
@@ -306,7 +305,7 @@ class CatalogModel(_Table):
         for task in self.tasks.values():
             task.wait(timeout)
 
-    def _progress(self, pair_id: str, p: hub.Progress) -> None:
+    def _progress(self, pair_id: str, p: download.Progress) -> None:
         if p.state in ("planning", "downloading", "verifying"):
             self.progress[pair_id] = p
             self._changed(pair_id)
@@ -328,7 +327,7 @@ class CatalogModel(_Table):
     def _stopped(self, pair_id: str, paused: bool) -> None:
         if paused:
             self.states[pair_id] = "paused"
-            last = self.progress.get(pair_id, hub.Progress("paused"))
+            last = self.progress.get(pair_id, download.Progress("paused"))
             self.progress[pair_id] = dataclasses.replace(last, state="paused", speed=0.0, eta=None)
         else:
             self.tasks.pop(pair_id, None)

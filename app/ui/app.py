@@ -7,9 +7,10 @@ import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app import hub, paths
+from app import keystore, paths
+from app.catalog import download
 from app.catalog.packaged import DEFAULT_DOWNLOAD, default_model_installed
-from app.chats import ChatStore
+from app.chats.store import ChatStore
 from app.config import load_settings
 from app.ui.main_window import MainWindow
 
@@ -29,18 +30,18 @@ def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False)
         # the double-click install carries no model: use the downloaded one, or offer the download
         models = load_settings().models.folder()
         repo, name = DEFAULT_DOWNLOAD
-        local = hub.library_path(models, repo, name)
+        local = download.library_path(models, repo, name)
         if local.is_file():
             engine_args = ["--target", str(local), *engine_args]
         else:
-            offer = ([hub.FileSpec(repo, name, "target")], models)
+            offer = ([download.FileSpec(repo, name, "target")], models)
     window = MainWindow(store, engine_args, n_ctx=n_ctx, sampling=sampling)
     window.show()
     if smoke:
         _smoke(app, window)
     if offer is not None:
         window.offer_download(
-            *offer, "the default model, Qwen2.5-Coder-1.5B-Instruct (1.1 GB)", hub.TokenStore().resolve()
+            *offer, "the default model, Qwen2.5-Coder-1.5B-Instruct (1.1 GB)", keystore.TokenStore().resolve()
         )
     else:
         window.start_engine()

@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import paths
-from app.chats import ChatStore, ChatStoreError
+from app.chats.store import ChatStore, ChatStoreError
 from app.config import (
     ENV_PREFIX,
     ConfigError,

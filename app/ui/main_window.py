@@ -33,10 +33,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import hub
-from app.chats import ChatStore, Message, trim_to_context
+from app import keystore
+from app.catalog.download import FileSpec, Progress
+from app.chats.store import ChatStore, Message, trim_to_context
 from app.config import load_settings
-from app.hub import FileSpec, Progress
 from app.services.api_server import ApiKeys
 from app.services.client import ChatStream, EngineClient
 from app.services.downloads import DownloadTask
@@ -96,7 +96,7 @@ class MainWindow(QMainWindow):
             self.client,
             models.folder(),
             catalog=Path(models.catalog).expanduser() if models.catalog else None,
-            token=hub.TokenStore().resolve(),
+            token=keystore.TokenStore().resolve(),
             include_hf_cache=models.hf_cache,
             parent=self,
         )

@@ -1,4 +1,4 @@
-"""Native backend: the forward pass of app.engine.reference on our kernels (native/), each step a CUDA graph.
+"""Native backend: app.engine.kernels.reference's forward pass on our kernels (native/), a CUDA graph a step.
 
 The model runs as reference.py specifies it: GGUF blocks are read straight by the GEMV kernels (projections
 of one input and one weight type stacked into one matrix, one launch), the q/k norms, RoPE and KV store are
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from app.catalog import gguf
-from app.engine import kernels, ops, qmatmul
 from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
 from app.engine.errors import DecodeError, ModelLoadError
-from app.engine.kernels import is_hip
-from app.engine.reference import ModelConfig, ReferenceModel
+from app.engine.kernels import ops, qmatmul, runtime
+from app.engine.kernels.reference import ModelConfig, ReferenceModel
+from app.engine.kernels.runtime import is_hip
 
 log = logging.getLogger("foresight.native")
 
@@ -412,7 +412,7 @@ class NativeBackend:
         self.decode_argmax(tokens, 0)  # records the graph of this width
         self.rollback(n_keep)
         with self.stream:
-            with kernels.LaunchProfile() as prof:
+            with runtime.LaunchProfile() as prof:
                 self._forward(width, True)
             self.stream.synchronize()
             kernel_ms = prof.by_kernel()

@@ -1,0 +1,381 @@
+"""Device discovery: each path (NVML, sysfs, CuPy, llama.cpp, Metal, CPU) in a child with a timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.catalog.fit import GIB
+
+PROBE_TIMEOUT_S = 20.0
+PROBE_FLAG = "--device-probe"  # how a frozen build runs one probe in a child: Foresight --device-probe nvml
+
+
+@dataclass
+class Device:
+    """Facts about one device, as discovered or as loaded from a JSON fixture."""
+
+    name: str
+    vendor: str  # nvidia, amd, apple, intel, cpu, ...
+    kind: str  # discrete, integrated or cpu
+    total_bytes: int = 0
+    free_bytes: int = 0
+    busy_percent: float | None = None
+    arch: str = ""  # compute capability "8.6" or gfx arch "gfx1151"
+    driver: str = ""
+    backends: list[str] = field(default_factory=list)
+    index: int = 0  # index among the GPUs llama.cpp sees; unused for the CPU
+    cores: int = 0
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind != "cpu"
+
+
+@dataclass
+class ProbeResult:
+    """One discovery path: what it found, or why it found nothing."""
+
+    path: str  # nvml, amd-sysfs, cupy, llama.cpp, metal, cpu
+    devices: list[Device] = field(default_factory=list)
+    error: str = ""  # "library missing: ...", "no device", "driver error: ...", "timed out after ..."
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Discovery:
+    probes: list[ProbeResult]
+
+    def devices(self) -> list[Device]:
+        """Usable devices, one per physical device: NVML and sysfs first, the CPU last."""
+        gpus = [d for p in self.probes if p.path in ("nvml", "amd-sysfs", "metal") for d in p.devices]
+        cpus = [d for p in self.probes if p.path == "cpu" for d in p.devices]
+        return gpus + cpus
+
+    def to_json(self) -> dict[str, Any]:
+        return {"probes": [asdict(p) for p in self.probes]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Discovery:
+        probes = []
+        for p in data["probes"]:
+            devices = [Device(**d) for d in p.get("devices", [])]
+            probes.append(ProbeResult(p["path"], devices, p.get("error", ""), p.get("info", {})))
+        return cls(probes)
+
+
+# ---- probes: each runs inside the child process ----
+
+
+def probe_nvml() -> ProbeResult:
+    result = ProbeResult("nvml")
+    try:
+        import pynvml
+    except ImportError:
+        result.error = "library missing: pynvml (pip package nvidia-ml-py)"
+        return result
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        # NVML_ERROR_LIBRARY_NOT_FOUND: no NVIDIA driver installed.
+        result.error = f"no NVIDIA driver: {exc}" if "Not Found" in str(exc) else f"driver error: {exc}"
+        return result
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                busy: float | None = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except pynvml.NVMLError:
+                busy = None
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+            result.devices.append(
+                Device(
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    vendor="nvidia",
+                    kind="discrete",
+                    total_bytes=int(mem.total),
+                    free_bytes=int(mem.free),
+                    busy_percent=busy,
+                    arch=f"{major}.{minor}",
+                    driver=driver.decode() if isinstance(driver, bytes) else str(driver),
+                    backends=["cuda"],
+                    index=i,
+                )
+            )
+        if not result.devices:
+            result.error = "no device"
+    except pynvml.NVMLError as exc:
+        result.error = f"driver error: {exc}"
+    finally:
+        pynvml.nvmlShutdown()
+    return result
+
+
+def probe_amd_sysfs(root: Path = Path("/sys/class/drm")) -> ProbeResult:
+    result = ProbeResult("amd-sysfs")
+    if not root.is_dir():
+        result.error = f"no {root} (no GPU driver loaded, or not Linux)"
+        return result
+    for card in sorted(root.glob("card[0-9]*")):
+        dev = card / "device"
+        if "-" in card.name or not (dev / "vendor").exists():
+            continue  # connectors such as card0-DP-1
+        if (dev / "vendor").read_text().strip() != "0x1002":
+            continue
+        try:
+            total = int((dev / "mem_info_vram_total").read_text())
+            used = int((dev / "mem_info_vram_used").read_text())
+        except (OSError, ValueError):
+            total = used = 0
+        busy_file = dev / "gpu_busy_percent"
+        busy = float(busy_file.read_text()) if busy_file.exists() else None
+        # APUs report a small VRAM carve-out; a discrete card has its own memory of 2 GiB or more.
+        kind = "discrete" if total >= 2 * GIB else "integrated"
+        result.devices.append(
+            Device(
+                card.name, "amd", kind, total, total - used, busy, backends=["rocm", "vulkan"],
+                index=len(result.devices),
+            )
+        )  # fmt: skip
+    if not result.devices:
+        result.error = "no device"
+    return result
+
+
+def probe_cupy() -> ProbeResult:
+    result = ProbeResult("cupy")
+    try:
+        import cupy
+    except ImportError:
+        result.error = "library missing: cupy"
+        return result
+    try:
+        runtime = cupy.cuda.runtime
+        result.info["runtime_version"] = runtime.runtimeGetVersion()
+        for i in range(runtime.getDeviceCount()):
+            props = runtime.getDeviceProperties(i)
+            with cupy.cuda.Device(i):
+                free, total = runtime.memGetInfo()
+            name = props["name"]
+            result.devices.append(
+                Device(
+                    name.decode() if isinstance(name, bytes) else str(name),
+                    "amd" if runtime.is_hip else "nvidia",
+                    "discrete",
+                    int(total),
+                    int(free),
+                    arch=f"{props['major']}.{props['minor']}",
+                    backends=["cupy"],
+                    index=i,
+                )
+            )
+    except Exception as exc:  # CUDARuntimeError and friends; any failure is this path's answer
+        result.error = f"driver error: {exc}"
+        return result
+    if not result.devices:
+        result.error = "no device"
+    return result
+
+
+def probe_llama() -> ProbeResult:
+    result = ProbeResult("llama.cpp")
+    try:
+        import llama_cpp
+    except ImportError:
+        result.error = "library missing: llama_cpp"
+        return result
+    from app.engine.backends.llama import ensure_backend
+
+    ensure_backend()  # also loads the backends of a GGML_BACKEND_DL build
+    result.info["gpu_offload"] = bool(llama_cpp.llama_supports_gpu_offload())
+    result.info["max_devices"] = int(llama_cpp.llama_max_devices())
+    try:
+        result.devices = _ggml_devices(llama_cpp)
+    except (OSError, AttributeError) as exc:  # an older build without the device registry
+        result.info["device_list"] = f"unavailable: {exc}"
+    if not result.info["gpu_offload"]:
+        result.error = "this llama.cpp build has no GPU backend (CPU only)"
+    return result
+
+
+_GGML_DEV_KINDS = {0: "cpu", 1: "discrete", 2: "integrated", 3: "accelerator"}
+
+
+def _ggml_devices(llama_cpp: Any) -> list[Device]:
+    """llama.cpp's own backend device list, read from libggml (the 0.3.x bindings do not wrap it)."""
+    import ctypes
+
+    from app.engine.backends.llama import ggml_library
+
+    ggml = ggml_library()
+    if ggml is None:
+        raise OSError("libggml not found next to llama.cpp")
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    for fn in (ggml.ggml_backend_dev_name, ggml.ggml_backend_dev_description):
+        fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    ggml.ggml_backend_dev_type.restype, ggml.ggml_backend_dev_type.argtypes = ctypes.c_int, [ctypes.c_void_p]
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
+    out, gpu_index = [], 0
+    for i in range(ggml.ggml_backend_dev_count()):
+        dev = ggml.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        kind = _GGML_DEV_KINDS.get(ggml.ggml_backend_dev_type(dev), "accelerator")
+        backend = ggml.ggml_backend_dev_name(dev).decode(errors="replace")
+        out.append(
+            Device(
+                ggml.ggml_backend_dev_description(dev).decode(errors="replace"),
+                "cpu" if kind == "cpu" else "",
+                kind,
+                total.value,
+                free.value,
+                backends=[f"llama.cpp:{backend}"],
+                index=0 if kind == "cpu" else gpu_index,
+            )
+        )
+        gpu_index += kind != "cpu"
+    return out
+
+
+def probe_metal() -> ProbeResult:
+    result = ProbeResult("metal")
+    if sys.platform != "darwin":
+        result.error = "not macOS"
+        return result
+    apple = platform.machine() == "arm64"
+    total = _total_ram()
+    result.devices.append(
+        Device(
+            "Apple GPU" if apple else "Metal GPU", "apple", "integrated", total, total,
+            backends=["metal"],
+        )
+    )  # fmt: skip
+    return result
+
+
+def _total_ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            out[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def probe_cpu() -> ProbeResult:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    mem = _meminfo()
+    total = mem.get("MemTotal") or _total_ram()
+    free = mem.get("MemAvailable", total)
+    flags: list[str] = []
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.partition(":")[2].strip()
+            elif line.startswith(("flags", "Features")):
+                have = set(line.partition(":")[2].split())
+                flags = [f for f in ("avx2", "avx512f", "fma", "neon", "asimd") if f in have]
+                break
+    except OSError:
+        pass
+    if platform.machine() in ("arm64", "aarch64") and "neon" not in flags:
+        flags.append("neon")
+    cpu = Device(name, "cpu", "cpu", total, free, backends=["cpu"], cores=cores, flags=flags)
+    return ProbeResult("cpu", [cpu])
+
+
+PROBES = {
+    "nvml": probe_nvml,
+    "amd-sysfs": probe_amd_sysfs,
+    "cupy": probe_cupy,
+    "llama.cpp": probe_llama,
+    "metal": probe_metal,
+    "cpu": probe_cpu,
+}
+
+
+def run_probe_in_child(path: str, timeout: float = PROBE_TIMEOUT_S, target: str = "") -> ProbeResult:
+    """Run one probe in a child Python process; a hang or crash becomes this path's error."""
+    if getattr(sys, "frozen", False):  # the bundle dispatches this flag itself (installer/entry.py)
+        command = [sys.executable, PROBE_FLAG, path]
+    else:
+        command = [sys.executable, "-m", "app.devices.probe", "--probe", path]
+    if target:
+        command = [sys.executable, "-c", target]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return ProbeResult(path, error=f"timed out after {timeout:g} s (the driver hung)")
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [""]
+        return ProbeResult(path, error=f"probe crashed (exit code {done.returncode}) {tail[0]}".strip())
+    try:
+        data = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return ProbeResult(path, error="probe printed no result")
+    return Discovery.from_json({"probes": [data]}).probes[0]
+
+
+def discover(timeout: float = PROBE_TIMEOUT_S) -> Discovery:
+    """Every discovery path, each in its own child process so that one broken driver costs only itself."""
+    return Discovery([run_probe_in_child(path, timeout) for path in PROBES])
+
+
+# ---- command line ----
+
+
+def report(discovery: Discovery) -> str:
+    lines = []
+    for p in discovery.probes:
+        if p.devices:
+            for d in p.devices:
+                mem = f"{d.free_bytes / GIB:.1f}/{d.total_bytes / GIB:.1f} GiB free"
+                extra = f", {d.cores} cores, {' '.join(d.flags)}" if d.cores else ""
+                busy = f", {d.busy_percent:.0f}% busy" if d.busy_percent is not None else ""
+                lines.append(f"{p.path:<10} {d.name} [{d.kind}] {mem}{busy}{extra}")
+        if p.error:
+            lines.append(f"{p.path:<10} {'no GPU' if p.devices else 'nothing found'}: {p.error}")
+        if p.info:
+            lines.append(f"{'':<10} {json.dumps(p.info)}")
+    return "\n".join(lines)
+
+
+def probe_main(path: str) -> int:
+    """Run one discovery path and print its result as one JSON line (the child's half of a probe)."""
+    if path not in PROBES:
+        print(f"unknown probe {path!r}: one of {', '.join(PROBES)}", file=sys.stderr)
+        return 2
+    print(json.dumps(asdict(PROBES[path]())))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--probe"] and len(sys.argv) == 3:
+        sys.exit(probe_main(sys.argv[2]))
+    print(report(discover()))

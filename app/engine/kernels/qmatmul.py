@@ -1,0 +1,239 @@
+"""Weights on the device as raw GGUF blocks, and the GEMV / embedding lookup that read them (native/gemv.cu).
+
+`DeviceWeight` uploads a tensor's bytes once; `matmul` and `get_rows` check shapes and dtypes and launch on
+the current stream without allocating, so they can be captured in a CUDA graph. CuPy is imported only
+where a weight is uploaded, so this module imports without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.engine.kernels.runtime import KernelError, check, is_hip, launch
+
+
+@dataclass(frozen=True)
+class QuantType:
+    name: str
+    kernel: str  # suffix of the kernel names in native/gemv.cu
+    block: int  # weights per GGUF block
+    type_size: int  # bytes per GGUF block
+
+
+# ggml_type id -> layout (ggml-common.h); the types native/quant.cuh decodes.
+TYPES: dict[int, QuantType] = {
+    0: QuantType("F32", "f32", 1, 4),
+    1: QuantType("F16", "f16", 1, 2),
+    2: QuantType("Q4_0", "q4_0", 32, 18),
+    6: QuantType("Q5_0", "q5_0", 32, 22),
+    8: QuantType("Q8_0", "q8_0", 32, 34),
+    12: QuantType("Q4_K", "q4_k", 256, 144),
+    13: QuantType("Q5_K", "q5_k", 256, 176),
+    14: QuantType("Q6_K", "q6_k", 256, 210),
+    30: QuantType("BF16", "bf16", 1, 2),
+}
+
+# Must match native/gemv.cu and native/quant.cuh: FS_GEMV_WARPS, FS_GEMV_ROWS, FS_PIECE, the B of the
+# fs_gemv_*_b<B> entry points (1..8), FS_GET_ROWS_THREADS.
+GEMV_WARPS = 4
+GEMV_ROWS = 16  # output rows per thread block (4 warps x 4 rows)
+PIECE = 16  # a row is decoded 16 weights at a time: `in` must be a multiple of it
+MAX_BATCH = 8  # rows of x per launch; more run as several launches
+GET_ROWS_THREADS = 128
+# Shared memory for the staged rows of x: b * xt * 4 bytes, beside the weights' staging buffers (up to
+# 27 KiB: FS_GEMV_PF steps of 4 warps x 4 rows), within the 48 KiB a kernel gets without an opt-in.
+X_TILE_BYTES = 16384
+# Slack after the blocks: the kernels read 2-byte-aligned fields as aligned words, up to 2 bytes past a
+# field, and round staged copies to 16 bytes.
+PAD_BYTES = 16
+
+_warp_size: int | None = None
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
+def _warp() -> int:
+    global _warp_size
+    if _warp_size is None:
+        _warp_size = 64 if is_hip() else 32
+    return _warp_size
+
+
+def x_tile(rows: int, n_in: int, warp: int = 32) -> int:
+    """Elements of x staged per tile for a launch over `rows` rows of x: a multiple of the warp's step."""
+    step = warp * PIECE
+    tile = max(step, X_TILE_BYTES // (4 * rows) // step * step)
+    return min(tile, -(-n_in // step) * step)
+
+
+def type_name(ggml_type: int) -> str:
+    t = TYPES.get(ggml_type)
+    if t is not None:
+        return t.name
+    try:
+        from gguf import GGMLQuantizationType
+
+        return GGMLQuantizationType(ggml_type).name
+    except (ImportError, ValueError):
+        return f"type {ggml_type}"
+
+
+def check_layout(name: str, ggml_type: int, shape: tuple[int, ...], nbytes: int | None = None) -> QuantType:
+    """The layout of a weight the kernels can read, or KernelError saying why this one cannot be."""
+    t = TYPES.get(ggml_type)
+    if t is None:
+        supported = ", ".join(q.name for q in TYPES.values())
+        raise KernelError(f"{name}: {type_name(ggml_type)} has no native kernel (supported: {supported})")
+    if len(shape) != 2 or min(shape) <= 0:
+        raise KernelError(f"{name}: shape {tuple(shape)}, expected a matrix (out, in)")
+    n_out, n_in = shape
+    if n_in % t.block or n_in % PIECE:
+        raise KernelError(
+            f"{name}: row length {n_in} is not a multiple of {max(t.block, PIECE)} ({t.name} needs it)"
+        )
+    want = n_out * (n_in // t.block) * t.type_size
+    if nbytes is not None and nbytes != want:
+        raise KernelError(f"{name}: {nbytes} bytes, a {t.name} matrix of shape {shape} has {want}")
+    return t
+
+
+class DeviceWeight:
+    """A GGUF tensor's blocks in device memory (uint8, padded), with its type and logical shape (out, in)."""
+
+    def __init__(self, raw: Any, ggml_type: int, shape: tuple[int, int], name: str = "weight") -> None:
+        host = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+        self.name = name
+        self.ggml_type = int(ggml_type)
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.qtype = check_layout(name, self.ggml_type, self.shape, host.size)
+        self.nbytes = int(host.size)
+        cupy = _cupy()
+        alloc = -(-self.nbytes // 16) * 16 + PAD_BYTES
+        self.data = cupy.zeros(alloc, dtype=cupy.uint8)
+        self.data[: self.nbytes].set(host)
+
+    @classmethod
+    def from_device(
+        cls, data: Any, ggml_type: int, shape: tuple[int, int], name: str = "weight"
+    ) -> DeviceWeight:
+        """Wrap blocks already on the device: a uint8 array of the blocks followed by PAD_BYTES or more."""
+        self = cls.__new__(cls)
+        self.name = name
+        self.ggml_type = int(ggml_type)
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.qtype = check_layout(name, self.ggml_type, self.shape)
+        t = self.qtype
+        self.nbytes = self.shape[0] * (self.shape[1] // t.block) * t.type_size
+        check(name, data, (None,), "uint8")
+        if data.size < self.nbytes + PAD_BYTES:
+            raise KernelError(
+                f"{name}: {data.size} bytes on the device, need {self.nbytes} + {PAD_BYTES} of slack"
+            )
+        self.data = data
+        return self
+
+    @classmethod
+    def from_reader_tensor(cls, tensor: Any) -> DeviceWeight:
+        """From a `gguf.ReaderTensor` (its shape lists the row length first, as GGUF stores it)."""
+        shape = tuple(int(d) for d in reversed(tensor.shape))
+        if len(shape) != 2:
+            raise KernelError(f"{tensor.name}: shape {shape}, expected a matrix (out, in)")
+        return cls(tensor.data, int(tensor.tensor_type), (shape[0], shape[1]), name=tensor.name)
+
+    @property
+    def n_out(self) -> int:
+        return self.shape[0]
+
+    @property
+    def n_in(self) -> int:
+        return self.shape[1]
+
+    @property
+    def alloc_bytes(self) -> int:
+        return int(self.data.size)
+
+    def __repr__(self) -> str:
+        return f"DeviceWeight({self.name!r}, {self.qtype.name}, {self.shape})"
+
+
+def _check_device(name: str, array: Any) -> None:
+    cupy = _cupy()
+    if not isinstance(array, cupy.ndarray):
+        raise KernelError(f"{name}: expected a CuPy array, got {type(array).__name__}")
+    if array.data.ptr % 16:
+        raise KernelError(f"{name}: not 16-byte aligned")
+
+
+def matmul(x: Any, weight: DeviceWeight, out: Any, bias: Any = None, accumulate: bool = False) -> None:
+    """out[b, o] = x[b, :] . W[o, :] (+ bias[o]); with `accumulate`, out += that (a fused residual add).
+
+    x: float32 [b, in]; out: float32 [b, out]; bias: float32 [out] or None. Row i of out does not depend on
+    b (same operations in the same order), so a verify pass over k + 1 rows matches decoding row by row.
+    """
+    check("x", x, (None, weight.n_in), "float32")
+    _check_device("x", x)
+    n_b = int(x.shape[0])
+    if n_b == 0:
+        raise KernelError("x: no rows")
+    check("out", out, (n_b, weight.n_out), "float32")
+    _check_device("out", out)
+    bias_arg: Any = np.uint64(0)
+    if bias is not None:
+        check("bias", bias, (weight.n_out,), "float32")
+        _check_device("bias", bias)
+        bias_arg = bias
+    warp = _warp()
+    grid = (-(-weight.n_out // GEMV_ROWS),)
+    block = (GEMV_WARPS * warp,)
+    for c0 in range(0, n_b, MAX_BATCH):
+        rows = min(MAX_BATCH, n_b - c0)
+        xt = x_tile(rows, weight.n_in, warp)
+        x_part = x if rows == n_b else x[c0 : c0 + rows]
+        out_part = out if rows == n_b else out[c0 : c0 + rows]
+        launch(
+            "gemv",
+            f"fs_gemv_{weight.qtype.kernel}_b{rows}",
+            grid,
+            block,
+            (
+                weight.data,
+                np.int64(weight.alloc_bytes),
+                x_part,
+                out_part,
+                bias_arg,
+                np.int32(weight.n_out),
+                np.int32(weight.n_in),
+                np.int32(rows),
+                np.int32(xt),
+                np.int32(1 if accumulate else 0),
+            ),
+            shared_mem=rows * xt * 4,
+        )
+
+
+def get_rows(weight: DeviceWeight, ids: Any, out: Any) -> None:
+    """out[i, :] = row ids[i] of the weight, dequantised (the token embedding lookup).
+
+    ids: int32 [n] on the device; out: float32 [n, in]. An id outside [0, out) gives a row of NaN.
+    """
+    check("ids", ids, (None,), "int32")
+    _check_device("ids", ids)
+    n = int(ids.shape[0])
+    check("out", out, (n, weight.n_in), "float32")
+    _check_device("out", out)
+    if n == 0:
+        return
+    launch(
+        "gemv",
+        f"fs_get_rows_{weight.qtype.kernel}",
+        (n,),
+        (GET_ROWS_THREADS,),
+        (weight.data, ids, out, np.int32(weight.n_out), np.int32(weight.n_in)),
+    )

@@ -1,0 +1,480 @@
+"""NumPy reference forward pass over GGUF weights: the executable specification of the native kernels.
+
+Float32 throughout. Weights stay in the file (memory-mapped; the header is read by app.catalog.gguf,
+40x faster than gguf.GGUFReader on a 262k-token vocabulary) and are dequantised when used, in row
+chunks: the 1.5B model runs in ~0.4 GB besides the mapped file. Each switch below follows llama.cpp's
+graph for the architecture (src/models/{llama,qwen2,qwen3,gemma3}.cpp of the version llama-cpp-python
+0.3.36 vendors); tests/engine/kernels/test_reference.py checks the logits against llama.cpp's CPU build.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.catalog.gguf import GGML_TYPES, GGUFHeader, read_file
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
+
+# ggml_type ids (ggml.h)
+F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 6, 8, 12, 13, 14, 30
+QK_K = 256
+_ROW_CHUNK = 16384  # weight rows dequantised at once: a 262144-row head never exists whole as float32
+
+
+# --- dequantisation: one decoder per block layout (ggml-common.h) ---------------------------------------
+def _f16(b: np.ndarray) -> np.ndarray:
+    """Little-endian half-precision fields [nb, 2] -> float32 [nb, 1]."""
+    return np.ascontiguousarray(b).view("<f2").astype(np.float32)
+
+
+def _q8_0(b: np.ndarray) -> np.ndarray:
+    # 34 bytes per 32 weights: d (f16), qs[32] (int8); w = d * q
+    return _f16(b[:, :2]) * b[:, 2:].view(np.int8).astype(np.float32)
+
+
+def _q5_0(b: np.ndarray) -> np.ndarray:
+    # 22 bytes per 32 weights: d (f16), qh (u32: bit j is the 5th bit of weight j), qs[16];
+    # weight j < 16 is qs[j] & 0xF, weight j + 16 is qs[j] >> 4; w = d * (q - 16)
+    qh = np.ascontiguousarray(b[:, 2:6]).view("<u4")
+    high = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    qs = b[:, 6:]
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=1) | (high << 4)
+    return _f16(b[:, :2]) * (q.astype(np.float32) - 16)
+
+
+def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 12 scale bytes of Q4_K/Q5_K -> 6-bit scale and min of each of the 8 sub-blocks of 32 weights."""
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 0xF) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    return sc.astype(np.float32), mn.astype(np.float32)
+
+
+def _q4_k_like(b: np.ndarray, qh: np.ndarray | None, qs: np.ndarray) -> np.ndarray:
+    # d, dmin (f16), scales[12], [qh[32]], qs[128]; qs byte l of 64-weight chunk c holds weight 64c + l
+    # (low nibble, sub-block 2c) and 64c + 32 + l (high nibble, sub-block 2c + 1); Q5_K's 5th bit of
+    # weight 32j + l is bit j of qh[l]. w = d * sc[j] * q - dmin * mn[j]
+    nb = b.shape[0]
+    sc, mn = _k_scales(b[:, 4:16])
+    qs = qs.reshape(nb, 4, 1, 32)
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=2).reshape(nb, 8, 32)
+    if qh is not None:
+        q = q | (((qh[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1) << 4)
+    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    return ((d * sc)[:, :, None] * q.astype(np.float32) - (dmin * mn)[:, :, None]).reshape(nb, QK_K)
+
+
+def _q4_k(b: np.ndarray) -> np.ndarray:  # 144 bytes per 256 weights
+    return _q4_k_like(b, None, b[:, 16:])
+
+
+def _q5_k(b: np.ndarray) -> np.ndarray:  # 176 bytes per 256 weights
+    return _q4_k_like(b, b[:, 16:48], b[:, 48:])
+
+
+def _q6_k(b: np.ndarray) -> np.ndarray:
+    # 210 bytes per 256 weights: ql[128], qh[64], scales[16] (int8), d (f16), in two halves of 128.
+    # In half h, weight 32k + l (k < 4, l < 32) has low 4 bits from ql[64h + l + 32 (k & 1)], shifted
+    # right by 4 when k >= 2, and high 2 bits (qh[32h + l] >> 2k) & 3; w = d * scales[i // 16] * (q - 32)
+    nb = b.shape[0]
+    ql = b[:, :128].reshape(nb, 2, 64)
+    qh = b[:, 128:192].reshape(nb, 2, 1, 32)
+    low = np.concatenate([ql & 0xF, ql >> 4], axis=2)
+    high = ((qh >> np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]) & 3).reshape(nb, 2, 128)
+    q = ((low | (high << 4)).astype(np.float32) - 32).reshape(nb, 16, 16)
+    scale = _f16(b[:, 208:210]) * b[:, 192:208].view(np.int8).astype(np.float32)
+    return (scale[:, :, None] * q).reshape(nb, QK_K)
+
+
+def _bf16(b: np.ndarray) -> np.ndarray:
+    return (np.ascontiguousarray(b).view("<u2").astype(np.uint32) << 16).view(np.float32)
+
+
+# ggml_type -> decoder of [n_blocks, bytes per block] -> [n_blocks, weights per block] (sizes: GGML_TYPES)
+_DECODERS: dict[int, Any] = {
+    F32: lambda b: np.ascontiguousarray(b).view("<f4").astype(np.float32),
+    F16: _f16,
+    BF16: _bf16,
+    Q8_0: _q8_0,
+    Q5_0: _q5_0,
+    Q4_K: _q4_k,
+    Q5_K: _q5_k,
+    Q6_K: _q6_k,
+}
+
+
+def _type_name(ggml_type: int) -> str:
+    return GGML_TYPES[ggml_type][0] if ggml_type in GGML_TYPES else f"ggml type {ggml_type}"
+
+
+def _block_size(ggml_type: int) -> tuple[int, int]:
+    if ggml_type not in GGML_TYPES:
+        raise ValueError(f"unsupported tensor type: {_type_name(ggml_type)}")
+    return GGML_TYPES[ggml_type][1:]
+
+
+def _gguf_decoder(ggml_type: int) -> Any:
+    """The gguf package's decoder of a type without one here (a development dependency)."""
+    try:
+        import gguf.quants
+        from gguf import GGMLQuantizationType
+
+        qtype = GGMLQuantizationType(ggml_type)
+    except (ImportError, ValueError):
+        raise ValueError(f"unsupported tensor type: {_type_name(ggml_type)}") from None
+
+    def decode(blocks: np.ndarray) -> np.ndarray:
+        try:
+            return gguf.quants.dequantize(blocks, qtype)
+        except NotImplementedError:
+            raise ValueError(f"unsupported tensor type: {_type_name(ggml_type)}") from None
+
+    return decode
+
+
+def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
+    """GGUF blocks (uint8 bytes, row-major) -> float32 array of `shape` (the last dim runs along a row).
+
+    The types the native kernels read have explicit decoders above; any other type the gguf package
+    can decode goes through it, and the rest raise ValueError.
+    """
+    per_block, block_bytes = _block_size(ggml_type)
+    n = math.prod(shape)
+    if shape[-1] % per_block or raw.size != n // per_block * block_bytes:
+        raise ValueError(
+            f"{raw.size} bytes of {_type_name(ggml_type)} do not hold a {shape} tensor "
+            f"({block_bytes} bytes per {per_block} weights)"
+        )
+    blocks = np.ascontiguousarray(raw).view(np.uint8).reshape(n // per_block, block_bytes)
+    decode = _DECODERS.get(ggml_type) or _gguf_decoder(ggml_type)
+    out = decode(blocks)
+    return np.asarray(out, dtype=np.float32).reshape(shape)
+
+
+def matmul(x: np.ndarray, raw: np.ndarray, ggml_type: int, shape: tuple[int, int]) -> np.ndarray:
+    """x [n, in] @ W.T for a GGUF weight W of `shape` (out, in) -> [n, out], dequantised in row chunks."""
+    n_out, n_in = shape
+    rows = raw.reshape(n_out, -1)
+    out = np.empty((x.shape[0], n_out), dtype=np.float32)
+    for r in range(0, n_out, _ROW_CHUNK):
+        w = dequantize(rows[r : r + _ROW_CHUNK], ggml_type, (min(_ROW_CHUNK, n_out - r), n_in))
+        np.matmul(x, w.T, out=out[:, r : r + w.shape[0]])
+    return out
+
+
+# --- ops ------------------------------------------------------------------------------------------------
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (ggml_rms_norm then ggml_mul)."""
+    mean_sq = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
+    return (x * (1.0 / np.sqrt(mean_sq + eps)).astype(np.float32) * weight).astype(np.float32)
+
+
+def rope(
+    x: np.ndarray,
+    positions: np.ndarray,
+    freq_base: float,
+    neox: bool,
+    freq_scale: float = 1.0,
+    n_rot: int | None = None,
+    freq_factors: np.ndarray | None = None,
+) -> np.ndarray:
+    """Rotary embedding of x [n, n_heads, head_dim] as ggml_rope_ext without YaRN (ext_factor 0).
+
+    Pair i < n_rot/2 turns by theta = freq_scale * p * freq_base^(-2i/n_rot) / freq_factors[i]; NeoX
+    pairs dims (i, i + n_rot/2), normal rope pairs (2i, 2i+1); dims from n_rot on pass through.
+    Angles are computed in float64 here; ggml's CPU cache multiplies theta by base^(-2/n_rot) step by step
+    in float32, which differs only by float32 rounding.
+    """
+    n_rot = x.shape[-1] if n_rot is None else n_rot
+    half = n_rot // 2
+    inv_freq = float(freq_base) ** (-2.0 * np.arange(half) / n_rot)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors
+    theta = freq_scale * np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # [n, half]
+    cos = np.cos(theta).astype(np.float32)[:, None, :]
+    sin = np.sin(theta).astype(np.float32)[:, None, :]
+    out = np.array(x, dtype=np.float32, copy=True)
+    if neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half], out[..., half:n_rot] = a * cos - b * sin, a * sin + b * cos
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2], out[..., 1:n_rot:2] = a * cos - b * sin, a * sin + b * cos
+    return out
+
+
+def attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    q_positions: np.ndarray,
+    scale: float,
+    window: int = 0,
+) -> np.ndarray:
+    """softmax(scale * q.k + mask) v for q [n, n_head, hd] over k, v [T, n_head_kv, hd] -> [n, n_head, hd].
+
+    Row j of k/v is position j; it is visible to a query at position p iff j <= p and (window == 0 or
+    p - j < window) (llama.cpp's LLAMA_SWA_TYPE_STANDARD). Query head h reads kv head h // (n_head //
+    n_head_kv).
+    """
+    n, n_head, hd = q.shape
+    t, n_kv, _ = k.shape
+    if n_head % n_kv:
+        raise ValueError(f"{n_head} query heads do not share {n_kv} kv heads evenly")
+    group = n_head // n_kv
+    pos = np.asarray(q_positions)[:, None]
+    keys = np.arange(t)[None, :]
+    visible = keys <= pos
+    if window:
+        visible &= pos - keys < window
+    if not visible.any(axis=1).all():
+        raise ValueError("a query sees no key: positions must lie within the keys given")
+    qg = q.reshape(n, n_kv, group, hd).transpose(1, 0, 2, 3).reshape(n_kv, n * group, hd)
+    scores = (qg @ k.transpose(1, 2, 0)).reshape(n_kv, n, group, t) * np.float32(scale)
+    scores = np.where(visible[None, :, None, :], scores, -np.inf)
+    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    out = probs.reshape(n_kv, n * group, t) @ v.transpose(1, 0, 2)  # [n_kv, n * group, hd]
+    return out.reshape(n_kv, n, group, hd).transpose(1, 0, 2, 3).reshape(n, n_head, hd).astype(np.float32)
+
+
+def silu_gate(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """silu(gate) * up, silu(x) = x / (1 + exp(-x)) (ggml_silu)."""
+    with np.errstate(over="ignore"):  # exp(-x) -> inf for x < -88 gives -0, as in ggml
+        return (gate / (1.0 + np.exp(-gate)) * up).astype(np.float32)
+
+
+def gelu_tanh_gate(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gelu(gate) * up with the tanh approximation of ggml_gelu (and PyTorch's approximate="tanh")."""
+    inner = np.float32(math.sqrt(2.0 / math.pi)) * gate * (1.0 + np.float32(0.044715) * gate * gate)
+    return (0.5 * gate * (1.0 + np.tanh(inner)) * up).astype(np.float32)
+
+
+def argmax(logits: np.ndarray) -> np.ndarray:
+    return np.argmax(logits, axis=-1)
+
+
+# --- model ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelConfig:
+    """What the forward pass reads from a GGUF header, with llama.cpp's defaults where a key is absent."""
+
+    architecture: str
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_vocab: int
+    rms_eps: float
+    rope_base: float  # global (non-sliding) layers
+    rope_base_swa: float  # sliding layers (gemma3: rope.freq_base_swa, default 10000)
+    rope_scale: float  # freq_scale = 1 / linear scaling factor, global layers only
+    rope_neox: bool
+    n_rot: int
+    sliding_window: int  # 0: none
+    swa_layers: tuple[bool, ...]  # per layer: does it slide
+    tied_output: bool  # no output.weight: the head is token_embd
+    attn_scale: float  # multiplies q.k
+    embed_scale: float  # multiplies the token embeddings (gemma: sqrt(n_embd))
+    qkv_bias: bool
+    qk_norm: bool  # RMSNorm over each head of q and k before RoPE (gemma3, qwen3)
+    post_norms: bool  # RMSNorm of the attention and FFN outputs before each residual add (gemma3)
+    gelu: bool  # tanh-GELU gate (gemma) instead of SiLU
+    logit_softcap: float  # 0: none; else logits = c * tanh(logits / c)
+
+    def rope_for(self, layer: int) -> tuple[float, float]:
+        """(freq_base, freq_scale) of a layer (llama_model::get_rope_freq_base/scale)."""
+        if self.swa_layers[layer]:
+            return self.rope_base_swa, 1.0
+        return self.rope_base, self.rope_scale
+
+    @classmethod
+    def from_header(cls, header: GGUFHeader) -> ModelConfig:
+        def get(key: str, default: Any = None) -> Any:
+            value = header.get(key)
+            if value is None:
+                if default is None:
+                    raise ValueError(f"{arch} model without {key.replace('{arch}', arch)}")
+                return default
+            return value
+
+        def uniform(key: str, default: Any = None) -> int:
+            value = get(key, default)
+            if isinstance(value, list):
+                if len(set(value)) != 1:
+                    raise ValueError(f"per-layer {key.replace('{arch}', arch)} is not supported: {value}")
+                value = value[0]
+            return int(value)
+
+        arch = header.architecture
+        if arch not in ARCHITECTURES:
+            raise ValueError(
+                f"architecture {arch!r} is not supported (supported: {', '.join(ARCHITECTURES)})"
+            )
+        gemma = arch == "gemma3"
+        tensors = {t.name: t for t in header.tensors}
+        n_embd, n_layer = uniform("{arch}.embedding_length"), uniform("{arch}.block_count")
+        n_head = uniform("{arch}.attention.head_count")
+        head_dim = uniform("{arch}.attention.key_length", n_embd // n_head)
+        if uniform("{arch}.attention.value_length", head_dim) != head_dim:
+            raise ValueError(f"{arch}: key and value head sizes differ")
+        scaling = str(get("{arch}.rope.scaling.type", "linear"))
+        if scaling not in ("linear", "none"):
+            raise ValueError(f"{arch}: rope scaling {scaling!r} is not supported")
+        factor = float(get("{arch}.rope.scaling.factor", get("{arch}.rope.scale_linear", 0.0)))
+        window = int(get("{arch}.attention.sliding_window", 0)) if gemma else 0
+        if window:
+            # llama_model_base::load_swa_pattern(ml, 6): a bool per layer, or n such that every n-th
+            # layer (il % n == n - 1) is global; gemma3-270m: layers 5, 11, 17 global, the rest slide
+            pattern = get("{arch}.attention.sliding_window_pattern", 6)
+            swa = (
+                [bool(p) for p in pattern]
+                if isinstance(pattern, list)
+                else [int(pattern) == 0 or il % int(pattern) < int(pattern) - 1 for il in range(n_layer)]
+            )
+        else:
+            swa = [False] * n_layer
+        if gemma and n_layer == 62:  # gemma3-27B: query_pre_attn_scalar = n_embd / n_head
+            attn_scale = 1.0 / math.sqrt(n_embd / n_head)
+        else:
+            attn_scale = 1.0 / math.sqrt(head_dim)
+        return cls(
+            architecture=arch,
+            n_embd=n_embd,
+            n_layer=n_layer,
+            n_head=n_head,
+            n_head_kv=uniform("{arch}.attention.head_count_kv", n_head),
+            head_dim=head_dim,
+            n_ff=uniform("{arch}.feed_forward_length"),
+            n_vocab=int(tensors["token_embd.weight"].shape[1]),
+            rms_eps=float(get("{arch}.attention.layer_norm_rms_epsilon")),
+            rope_base=float(get("{arch}.rope.freq_base", 10000.0)),
+            rope_base_swa=float(get("{arch}.rope.freq_base_swa", 10000.0)),
+            rope_scale=1.0 if factor == 0.0 or scaling == "none" else 1.0 / factor,
+            rope_neox=arch != "llama",
+            n_rot=uniform("{arch}.rope.dimension_count", head_dim),
+            sliding_window=window,
+            swa_layers=tuple(swa),
+            tied_output="output.weight" not in tensors,
+            attn_scale=attn_scale,
+            embed_scale=math.sqrt(n_embd) if gemma else 1.0,
+            qkv_bias="blk.0.attn_q.bias" in tensors,
+            qk_norm="blk.0.attn_q_norm.weight" in tensors,
+            post_norms=gemma,
+            gelu=gemma,
+            logit_softcap=float(get("{arch}.final_logit_softcapping", 0.0)) if gemma else 0.0,
+        )
+
+
+class KVCache:
+    """Float32 keys and values [n_layer, n_ctx, n_head_kv, head_dim]; row j holds position j."""
+
+    def __init__(self, config: ModelConfig, n_ctx: int) -> None:
+        shape = (config.n_layer, n_ctx, config.n_head_kv, config.head_dim)
+        self.n_ctx = n_ctx
+        self.k = np.zeros(shape, dtype=np.float32)
+        self.v = np.zeros(shape, dtype=np.float32)
+        self.length = 0
+
+    def rollback(self, n_keep: int) -> None:
+        """Keep the first n_keep positions (no-op when n_keep >= length)."""
+        if n_keep < 0:
+            raise ValueError(f"rollback to {n_keep}")
+        self.length = min(self.length, n_keep)
+
+
+class ReferenceModel:
+    """A GGUF model of a supported architecture, run by the NumPy ops above."""
+
+    def __init__(self, path: str | Path, header: GGUFHeader | None = None) -> None:
+        self.path = Path(path)
+        header = header or read_file(self.path)
+        self.config = ModelConfig.from_header(header)
+        self._data_offset = header.data_offset
+        self._file = np.memmap(self.path, dtype=np.uint8, mode="r")
+        self._tensors = {t.name: t for t in header.tensors}
+        if "blk.0.ffn_gate_inp.weight" in self._tensors:
+            raise ValueError(f"{self.config.architecture}: mixture-of-experts models are not supported")
+        # norms, biases, rope factors: small, kept dequantised
+        self._small = {name: self.weight(name) for name, t in self._tensors.items() if len(t.shape) == 1}
+
+    def raw(self, name: str) -> tuple[np.ndarray, int, tuple[int, ...]]:
+        """(bytes [rows, bytes per row] or [bytes], ggml_type, shape (rows, row length)) of a tensor."""
+        t = self._tensors.get(name)
+        if t is None:
+            raise ValueError(f"{self.path.name} has no tensor {name} ({self.config.architecture})")
+        shape = tuple(reversed(t.shape))
+        start = self._data_offset + t.offset
+        data = self._file[start : start + t.n_bytes]
+        return (data.reshape(shape[0], -1) if len(shape) == 2 else data), t.type_id, shape
+
+    def weight(self, name: str) -> np.ndarray:
+        """A whole tensor dequantised to float32."""
+        return dequantize(*self.raw(name))
+
+    def new_cache(self, n_ctx: int) -> KVCache:
+        return KVCache(self.config, n_ctx)
+
+    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        out = matmul(x, *self.raw(f"{name}.weight"))  # type: ignore[arg-type]
+        bias = self._small.get(f"{name}.bias")
+        return out if bias is None else out + bias
+
+    def _embed(self, tokens: np.ndarray) -> np.ndarray:
+        rows, ggml_type, (n_vocab, n_embd) = self.raw("token_embd.weight")
+        if tokens.min() < 0 or tokens.max() >= n_vocab:
+            raise ValueError(f"token ids must lie in [0, {n_vocab})")
+        x = dequantize(rows[tokens], ggml_type, (len(tokens), n_embd))
+        return x * np.float32(self.config.embed_scale)
+
+    def forward(self, tokens: list[int] | np.ndarray, cache: KVCache, logits_from: int = 0) -> np.ndarray:
+        """Append tokens at positions cache.length.. and return the logits of rows logits_from.. on."""
+        c = self.config
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n, start = len(tokens), cache.length
+        if n == 0 or not 0 <= logits_from < n:
+            raise ValueError(f"forward of {n} tokens with logits from row {logits_from}")
+        if start + n > cache.n_ctx:
+            raise ValueError(f"{start + n} tokens do not fit the cache of {cache.n_ctx}")
+        end = start + n
+        positions = np.arange(start, end)
+        eps, hd, small = c.rms_eps, c.head_dim, self._small
+        factors = small.get("rope_freqs.weight")  # llama 3 rope frequency factors
+        x = self._embed(tokens)  # [n, n_embd]
+        for il in range(c.n_layer):
+            p = f"blk.{il}"
+            h = rms_norm(x, small[f"{p}.attn_norm.weight"], eps)
+            q = self._linear(h, f"{p}.attn_q").reshape(n, c.n_head, hd)
+            k = self._linear(h, f"{p}.attn_k").reshape(n, c.n_head_kv, hd)
+            v = self._linear(h, f"{p}.attn_v").reshape(n, c.n_head_kv, hd)
+            if c.qk_norm:
+                q = rms_norm(q, small[f"{p}.attn_q_norm.weight"], eps)
+                k = rms_norm(k, small[f"{p}.attn_k_norm.weight"], eps)
+            base, scale = c.rope_for(il)
+            q = rope(q, positions, base, c.rope_neox, scale, c.n_rot, factors)
+            cache.k[il, start:end] = rope(k, positions, base, c.rope_neox, scale, c.n_rot, factors)
+            cache.v[il, start:end] = v
+            window = c.sliding_window if c.swa_layers[il] else 0
+            a = attention(q, cache.k[il, :end], cache.v[il, :end], positions, c.attn_scale, window)
+            o = self._linear(a.reshape(n, c.n_head * hd), f"{p}.attn_output")
+            if c.post_norms:
+                o = rms_norm(o, small[f"{p}.post_attention_norm.weight"], eps)
+            x = x + o
+            h = rms_norm(x, small[f"{p}.ffn_norm.weight"], eps)
+            gate, up = self._linear(h, f"{p}.ffn_gate"), self._linear(h, f"{p}.ffn_up")
+            f = self._linear((gelu_tanh_gate if c.gelu else silu_gate)(gate, up), f"{p}.ffn_down")
+            if c.post_norms:
+                f = rms_norm(f, small[f"{p}.post_ffw_norm.weight"], eps)
+            x = x + f
+        cache.length = end
+        x = rms_norm(x[logits_from:], small["output_norm.weight"], eps)
+        logits = self._linear(x, "token_embd" if c.tied_output else "output")  # [rows, n_vocab]
+        if c.logit_softcap:
+            logits = np.float32(c.logit_softcap) * np.tanh(logits / np.float32(c.logit_softcap))
+        return logits.astype(np.float32, copy=False)

@@ -1,0 +1,181 @@
+"""Our CUDA/HIP kernels from native/: compiled at first use by CuPy (NVRTC / hipRTC), cached, checked.
+
+Compiler flags live here and nowhere else: the runtime compile (CuPy) and the offline check with nvcc
+(tests/engine/kernels/test_native_compile.py) both take them from `NVRTC_OPTIONS` / `nvcc_command`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from app import paths
+
+NATIVE_DIR = Path(__file__).resolve().parents[3] / "native"
+# Architectures every source must compile for offline: Turing (RTX 20), Ampere (RTX 30), Hopper (H100/H200).
+NVCC_ARCHS = ("sm_75", "sm_86", "sm_90")
+# No fast math: the kernels are checked against the NumPy reference, and llama.cpp's CUDA build keeps
+# precise expf/tanhf too. C++17 for `if constexpr` in the block decoders.
+NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
+HIPRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+
+
+class KernelError(RuntimeError):
+    """A kernel could not be compiled or was launched with arguments it does not take."""
+
+
+def native_sources() -> list[Path]:
+    return sorted(NATIVE_DIR.glob("*.cu"))
+
+
+def nvcc_command(source: Path, arch: str, output: Path) -> list[str]:
+    """The offline compile of one source: the same language options as the runtime compile."""
+    return [
+        "nvcc",
+        "-c",
+        "-std=c++17",
+        f"-arch={arch}",
+        f"-I{NATIVE_DIR}",
+        "-Xcompiler",
+        "-Wall",
+        "-o",
+        str(output),
+        str(source),
+    ]
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise KernelError(
+            "the native backend needs CuPy: pip install 'foresight[cuda12]' (or cuda13, rocm)"
+        ) from exc
+    return cupy
+
+
+def is_hip() -> bool:
+    cupy = _cupy()
+    return bool(getattr(cupy.cuda.runtime, "is_hip", False))
+
+
+class KernelLibrary:
+    """Every native/*.cu source compiled once per process (CuPy keeps the binaries on disk between runs)."""
+
+    def __init__(self) -> None:
+        self._modules: dict[str, Any] = {}
+        self._kernels: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def module(self, source: str) -> Any:
+        """The compiled module of native/<source>.cu."""
+        with self._lock:
+            mod = self._modules.get(source)
+            if mod is None:
+                mod = self._modules[source] = self._compile(source)
+            return mod
+
+    def kernel(self, source: str, name: str) -> Any:
+        key = (source, name)
+        fn = self._kernels.get(key)
+        if fn is None:
+            try:
+                fn = self.module(source).get_function(name)
+            except Exception as exc:
+                raise KernelError(f"native/{source}.cu has no kernel {name!r}: {exc}") from exc
+            self._kernels[key] = fn
+        return fn
+
+    def _compile(self, source: str) -> Any:
+        cupy = _cupy()
+        path = NATIVE_DIR / f"{source}.cu"
+        if not path.is_file():
+            raise KernelError(f"no kernel source {path}")
+        os.environ.setdefault("CUPY_CACHE_DIR", str(paths.cache_dir() / "kernels"))
+        options = (*(HIPRTC_OPTIONS if is_hip() else NVRTC_OPTIONS), f"-I{NATIVE_DIR}")
+        try:
+            mod = cupy.RawModule(code=path.read_text(), options=options, backend="nvrtc")
+            mod.compile()
+        except Exception as exc:
+            raise KernelError(f"native/{source}.cu failed to compile: {exc}") from exc
+        return mod
+
+
+_library: KernelLibrary | None = None
+
+
+def library() -> KernelLibrary:
+    global _library
+    if _library is None:
+        _library = KernelLibrary()
+    return _library
+
+
+def check(name: str, array: Any, shape: Sequence[int | None], dtype: str, rows: bool = False) -> None:
+    """Raise KernelError unless `array` is a C-contiguous device array of this shape (None: any) and dtype.
+
+    rows: a 2-D array need only be rows of contiguous elements, such as a column slice of a wider one."""
+    if not hasattr(array, "data") or not hasattr(array, "device"):
+        raise KernelError(f"{name}: expected a device array, got {type(array).__name__}")
+    if str(array.dtype) != dtype:
+        raise KernelError(f"{name}: dtype {array.dtype}, expected {dtype}")
+    if len(array.shape) != len(shape) or any(
+        want is not None and got != want for got, want in zip(array.shape, shape, strict=True)
+    ):
+        raise KernelError(f"{name}: shape {tuple(array.shape)}, expected {tuple(shape)}")
+    if rows:
+        row, col = array.strides
+        overlapping = array.shape[0] > 1 and row < col * array.shape[1]
+        if col != array.itemsize or row % array.itemsize or overlapping:
+            raise KernelError(f"{name}: strides {array.strides} are not rows of contiguous elements")
+    elif not array.flags.c_contiguous:
+        raise KernelError(f"{name}: not contiguous")
+
+
+class LaunchProfile:
+    """Device time per kernel of the launches made while it is active (eager launches, not graph replays)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+
+    def __enter__(self) -> LaunchProfile:
+        global _profile
+        _profile = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _profile
+        _profile = None
+
+    def by_kernel(self) -> dict[str, tuple[int, float]]:
+        """kernel -> (launches, milliseconds), after the stream has been synchronised."""
+        cupy = _cupy()
+        out: dict[str, tuple[int, float]] = {}
+        for name, start, end in self.events:
+            count, ms = out.get(name, (0, 0.0))
+            out[name] = (count + 1, ms + cupy.cuda.get_elapsed_time(start, end))
+        return out
+
+
+_profile: LaunchProfile | None = None
+
+
+def launch(
+    source: str, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0
+) -> None:
+    """Launch native/<source>.cu:<name> on the current stream (inside a graph capture, it is recorded)."""
+    if any(g <= 0 for g in grid) or any(b <= 0 for b in block) or block[0] * (block[1:2] or (1,))[0] > 1024:
+        raise KernelError(f"{source}.{name}: bad launch shape grid={grid} block={block}")
+    fn = library().kernel(source, name)
+    if _profile is None:
+        fn(grid, block, args, shared_mem=shared_mem)
+        return
+    cupy = _cupy()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    fn(grid, block, args, shared_mem=shared_mem)
+    end.record()
+    _profile.events.append((name, start, end))
