@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app import paths
 
@@ -55,16 +55,26 @@ class DraftSettings(Section):
 class EngineSettings(Section):
     """Model loading and placement."""
 
-    n_ctx: int = Field(4096, ge=256, le=1_048_576, description="context length in tokens")
+    n_ctx: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        description="context length in tokens (0: the largest the fit allows on the chosen devices, up to "
+        "the model's trained length and 32k)",
+    )
     n_batch: int = Field(512, ge=32, le=8192, description="prompt tokens evaluated per llama_decode call")
     n_threads: int = Field(0, ge=0, le=512, description="CPU threads (0: physical cores)")
-    device: str = Field("auto", description="auto, cpu, or gpu (all layers on the GPU backend)")
+    device: str = Field(
+        "auto", description="auto (where the fit says), cpu, gpu, or gpu:N (llama.cpp's GPU numbering)"
+    )
     backend: Literal["auto", "llama", "native"] = Field(
         "auto",
         description="target runner: llama.cpp, or our own GPU kernels (auto: native where the GPU, "
         "architecture and weight types allow, else llama.cpp)",
     )
-    draft_device: str = Field("auto", description="device of the drafter model: auto, cpu or gpu")
+    draft_device: str = Field(
+        "auto", description="device of the drafter model: auto (where the fit says), cpu, gpu or gpu:N"
+    )
     draft_backend: Literal["auto", "llama", "native"] = Field(
         "auto",
         description="drafter model runner: llama.cpp, or our own GPU kernels (auto: native where the GPU, "
@@ -91,6 +101,14 @@ class EngineSettings(Section):
         description="most pixels per request, all its images together (read from headers before decoding)",
     )
     max_images: int = Field(4, ge=1, le=64, description="images taken per request at most")
+
+
+    @field_validator("n_ctx")
+    @classmethod
+    def _context_or_auto(cls, value: int) -> int:
+        if 0 < value < 256:
+            raise ValueError("0 (sized by the fit) or at least 256 tokens")
+        return value
 
 
 class ServerSettings(Section):

@@ -20,7 +20,7 @@ from app.config import (
 def test_defaults_without_any_source(tmp_path: Path) -> None:
     s = load_settings(tmp_path / "missing.toml", environ={})
     assert s == Settings()
-    assert s.engine.n_ctx == 4096
+    assert s.engine.n_ctx == 0  # sized by the fit where the engine process starts
     assert s.draft.mode == "auto"
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from app.catalog import fit
 from app.catalog.fit import CONTEXT_TIERS as FIT_TIERS
 from app.catalog.fit import GIB, PairNeed
-from app.devices.probe import Device
+from app.config import Settings
+from app.devices.probe import NOT_IN_BUILD, Device
 
 BUSY_UTILISATION = 50  # percent; above it a device is someone else's
 # automatic placement sizes the context up to 32k; larger contexts are an explicit choice
@@ -41,6 +44,8 @@ def _label(d: Device) -> str:
 
 
 def _usable(d: Device) -> tuple[bool, str]:
+    if NOT_IN_BUILD in d.flags:
+        return False, f"{d.name} is {NOT_IN_BUILD}"
     if d.busy_percent is not None and d.busy_percent > BUSY_UTILISATION:
         return False, f"{d.name} is busy ({d.busy_percent:.0f}% used)"
     return True, ""
@@ -62,6 +67,7 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
     """
     user = user or UserChoice()
     contexts = _contexts(user.n_ctx, need)
+    cpu = next((d for d in devices if d.kind == "cpu"), None)
     notes: list[str] = []
     gpus = []
     for d in devices:
@@ -75,14 +81,23 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
     gpus.sort(key=lambda d: (d.kind != "discrete", -d.free_bytes))
     suffix = f"; skipped {', '.join(notes)}" if notes else ""
     has_draft = need.drafter is not None
-    cpu = next((d for d in devices if not d.is_gpu), None)
 
     if user.device != "auto" or user.draft_device != "auto" or user.tensor_split:
-        n_ctx = user.n_ctx or contexts[-1]
         device = user.device if user.device != "auto" else (_label(gpus[0]) if gpus else "cpu")
         draft = user.draft_device if user.draft_device != "auto" else device
         split = list(user.tensor_split) if user.tensor_split else None
-        return Placement(device, draft, split, n_ctx, "explicit user choice" + suffix)
+        if user.n_ctx:
+            return Placement(device, draft, split, user.n_ctx, "explicit user choice" + suffix)
+        # the context is still ours to size: the largest tier the chosen device holds
+        if device == "cpu":
+            free = cpu.free_bytes if cpu is not None else 0
+        elif device == "gpu" and split:
+            free = sum(g.free_bytes for g in gpus)
+        else:
+            index = int(device.partition(":")[2] or 0) if device.startswith("gpu") else -1
+            free = next((g.free_bytes for g in gpus if g.index == index), 0)
+        n_ctx = next((c for c in contexts if need.total(c) <= free), contexts[-1])
+        return Placement(device, draft, split, n_ctx, f"explicit user choice; context {n_ctx:,} fits{suffix}")
 
     def one_gpu(n_ctx: int, gpus: list[Device]) -> Placement | None:
         for g in gpus:
@@ -148,3 +163,41 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
             if placed is not None:
                 return placed
     raise AssertionError("on_cpu always places at the smallest context")
+
+
+def need_of(
+    target: str | Path, draft: str | Path | None = None, mmproj: str | Path | None = None
+) -> PairNeed:
+    """What a pair needs, read from the GGUF headers (never the weights)."""
+    drafter = fit.read_shape(draft) if draft else None
+    mmproj_bytes = Path(mmproj).stat().st_size if mmproj and Path(mmproj).is_file() else 0
+    return PairNeed(fit.read_shape(target), drafter, mmproj_bytes)
+
+
+def user_choice(settings: Settings) -> UserChoice:
+    es = settings.engine
+    split = tuple(es.tensor_split) if es.tensor_split else None
+    return UserChoice(es.device, es.draft_device, split, es.n_ctx)
+
+
+def is_automatic(settings: Settings) -> bool:
+    """Whether anything is left for placement to decide (a device or the context set to auto)."""
+    choice = user_choice(settings)
+    return choice.n_ctx == 0 or (
+        choice.device == "auto" and choice.draft_device == "auto" and not choice.tensor_split
+    )
+
+
+def apply(settings: Settings, placed: Placement) -> Settings:
+    """Settings with the placement's devices, split and context filled in (explicit values were kept
+    by `place` itself, so this only fills what was automatic)."""
+    engine = settings.engine.model_copy(
+        update={
+            "device": placed.device,
+            "draft_device": placed.draft_device,
+            "tensor_split": placed.tensor_split,
+            "n_ctx": placed.n_ctx,
+        }
+    )
+    return settings.model_copy(update={"engine": engine})
+

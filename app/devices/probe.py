@@ -14,6 +14,10 @@ from typing import Any
 from app.catalog.fit import GIB
 
 PROBE_TIMEOUT_S = 20.0
+GPU_KINDS = ("discrete", "integrated", "accelerator")
+SOFTWARE_GPUS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")  # Vulkan/GL on the CPU
+BUILD_RECORD = "foresight-llama-build.json"  # written by scripts/llama_build.py into the environment
+NOT_IN_BUILD = "not usable by this llama.cpp build"
 PROBE_FLAG = "--device-probe"  # how a frozen build runs one probe in a child: Foresight --device-probe nvml
 
 
@@ -36,7 +40,8 @@ class Device:
 
     @property
     def is_gpu(self) -> bool:
-        return self.kind != "cpu"
+        """A real GPU: not the CPU, and not a software rasteriser such as Mesa's lavapipe."""
+        return self.kind in GPU_KINDS
 
 
 @dataclass
@@ -54,10 +59,23 @@ class Discovery:
     probes: list[ProbeResult]
 
     def devices(self) -> list[Device]:
-        """Usable devices, one per physical device: NVML and sysfs first, the CPU last."""
+        """One entry per physical device, NVML and sysfs first, the CPU last, numbered as llama.cpp does.
+
+        Where llama.cpp's own device list was read, each GPU takes llama.cpp's index (its CUDA order is
+        fastest-first, Vulkan's is the driver's, and NVIDIA and AMD probes both count from 0), and a GPU
+        that this llama.cpp build cannot run says so in its flags.
+        """
         gpus = [d for p in self.probes if p.path in ("nvml", "amd-sysfs", "metal") for d in p.devices]
         cpus = [d for p in self.probes if p.path == "cpu" for d in p.devices]
+        llama = next((p for p in self.probes if p.path == "llama.cpp"), None)
+        if llama is not None and not llama.error.startswith(("library missing", "timed out", "probe")):
+            gpus = _llama_numbering(gpus, [d for d in llama.devices if d.is_gpu])
         return gpus + cpus
+
+    def llama_build(self) -> str:
+        """The installed llama.cpp build in words: CPU, CUDA sm_90, Vulkan, HIP gfx1100 (+ RPC)."""
+        llama = next((p for p in self.probes if p.path == "llama.cpp"), None)
+        return str(llama.info.get("build", "unknown")) if llama is not None else "not probed"
 
     def to_json(self) -> dict[str, Any]:
         return {"probes": [asdict(p) for p in self.probes]}
@@ -69,6 +87,30 @@ class Discovery:
             devices = [Device(**d) for d in p.get("devices", [])]
             probes.append(ProbeResult(p["path"], devices, p.get("error", ""), p.get("info", {})))
         return cls(probes)
+
+
+def _same_device(gpu: Device, ggml: Device) -> bool:
+    if gpu.name and (gpu.name in ggml.name or ggml.name in gpu.name):
+        return True
+    # sysfs names cards card0, card1: their memory tells them apart
+    return bool(gpu.total_bytes and ggml.total_bytes) and abs(gpu.total_bytes - ggml.total_bytes) <= (
+        0.03 * gpu.total_bytes
+    )
+
+
+def _llama_numbering(gpus: list[Device], ggml_gpus: list[Device]) -> list[Device]:
+    taken: set[int] = set()
+    out = []
+    for gpu in gpus:
+        match = next((g for g in ggml_gpus if g.index not in taken and _same_device(gpu, g)), None)
+        if match is None:
+            flags = [*gpu.flags, NOT_IN_BUILD]
+            out.append(Device(**{**asdict(gpu), "flags": flags}))
+            continue
+        taken.add(match.index)
+        backends = [*gpu.backends, *(b for b in match.backends if b not in gpu.backends)]
+        out.append(Device(**{**asdict(gpu), "index": match.index, "backends": backends}))
+    return out
 
 
 # ---- probes: each runs inside the child process ----
@@ -184,6 +226,12 @@ def probe_cupy() -> ProbeResult:
         return result
     if not result.devices:
         result.error = "no device"
+        return result
+    try:  # our kernels need the runtime compiler (NVRTC, or hipRTC under ROCm), not only the driver
+        cupy.RawKernel('extern "C" __global__ void probe() {}', "probe").compile()
+        result.info["compiler"] = "hipRTC" if runtime.is_hip else "NVRTC"
+    except Exception as exc:  # a missing libnvrtc raises from deep inside CuPy
+        result.info["compiler"] = f"unavailable: {str(exc).splitlines()[0][:200]}"
     return result
 
 
@@ -201,11 +249,71 @@ def probe_llama() -> ProbeResult:
     result.info["max_devices"] = int(llama_cpp.llama_max_devices())
     try:
         result.devices = _ggml_devices(llama_cpp)
+        registries = _ggml_registries()
     except (OSError, AttributeError) as exc:  # an older build without the device registry
         result.info["device_list"] = f"unavailable: {exc}"
+        registries = []
+    record = _build_record()
+    result.info["backends"] = registries
+    result.info["build"] = build_label(registries, record)
+    if record:
+        result.info["build_reason"] = record.get("reason", "")
     if not result.info["gpu_offload"]:
         result.error = "this llama.cpp build has no GPU backend (CPU only)"
     return result
+
+
+def _build_record() -> dict[str, Any]:
+    """What scripts/llama_build.py recorded about the installed wheel (beside sys.prefix or the bundle)."""
+    for folder in (Path(sys.prefix), Path(sys.executable).resolve().parent):
+        try:
+            return json.loads((folder / BUILD_RECORD).read_text())
+        except (OSError, ValueError):
+            continue
+    return {}
+
+
+def build_label(registries: list[str], record: dict[str, Any]) -> str:
+    """'CUDA sm_90 + RPC', 'Vulkan + RPC', 'HIP gfx1100', 'CPU': the registries are the truth, the record
+    adds the architectures built for."""
+    args = " ".join(record.get("cmake_args", []))
+    parts: list[str] = []
+    for name in registries:
+        if name == "CUDA":
+            archs = _flag(args, "CMAKE_CUDA_ARCHITECTURES")
+            parts.append("CUDA " + " ".join(f"sm_{a}" for a in archs.split(";")) if archs else "CUDA")
+        elif name in ("ROCm", "HIP"):
+            gfx = _flag(args, "AMDGPU_TARGETS") or _flag(args, "GPU_TARGETS")
+            parts.append(f"HIP {gfx.replace(';', ' ')}".strip())
+        elif name not in ("CPU", "RPC"):
+            parts.append(name)
+    return " + ".join(parts or ["CPU"]) + (" + RPC" if "RPC" in registries else "")
+
+
+def _flag(args: str, name: str) -> str:
+    for word in args.split():
+        if word.startswith(f"-D{name}="):
+            return word.split("=", 1)[1]
+    return ""
+
+
+def _ggml_registries() -> list[str]:
+    import ctypes
+
+    from app.engine.backends.llama import ggml_library
+
+    ggml = ggml_library()
+    if ggml is None:
+        raise OSError("libggml not found next to llama.cpp")
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_reg_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    return [
+        ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)).decode(errors="replace")
+        for i in range(ggml.ggml_backend_reg_count())
+    ]
 
 
 _GGML_DEV_KINDS = {0: "cpu", 1: "discrete", 2: "integrated", 3: "accelerator"}
@@ -235,9 +343,12 @@ def _ggml_devices(llama_cpp: Any) -> list[Device]:
         ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         kind = _GGML_DEV_KINDS.get(ggml.ggml_backend_dev_type(dev), "accelerator")
         backend = ggml.ggml_backend_dev_name(dev).decode(errors="replace")
+        description = ggml.ggml_backend_dev_description(dev).decode(errors="replace")
+        if any(s in description.lower() for s in SOFTWARE_GPUS):
+            kind, description = "software", f"software Vulkan (CPU): {description}"
         out.append(
             Device(
-                ggml.ggml_backend_dev_description(dev).decode(errors="replace"),
+                description,
                 "cpu" if kind == "cpu" else "",
                 kind,
                 total.value,
@@ -246,7 +357,7 @@ def _ggml_devices(llama_cpp: Any) -> list[Device]:
                 index=0 if kind == "cpu" else gpu_index,
             )
         )
-        gpu_index += kind != "cpu"
+        gpu_index += kind != "cpu"  # llama.cpp counts every non-CPU device, a software one too
     return out
 
 
@@ -363,7 +474,46 @@ def report(discovery: Discovery) -> str:
             lines.append(f"{p.path:<10} {'no GPU' if p.devices else 'nothing found'}: {p.error}")
         if p.info:
             lines.append(f"{'':<10} {json.dumps(p.info)}")
+    lines.append(f"{'build':<10} llama.cpp {discovery.llama_build()}")
+    cupy = next((p for p in discovery.probes if p.path == "cupy"), None)
+    if cupy is not None:
+        kernels = cupy.error or f"CuPy with {cupy.info.get('compiler', 'no runtime compiler')}"
+        lines.append(f"{'kernels':<10} {kernels}")
+    for fix in gpu_fixes(discovery):
+        lines.append(f"{'fix':<10} {fix}")
     return "\n".join(lines)
+
+
+def gpu_fixes(discovery: Discovery) -> list[str]:
+    """Where a GPU is here but not used: the one thing to do about it, per cause."""
+    gpus = [d for d in discovery.devices() if d.is_gpu]
+    if not gpus:
+        return []
+    fixes = []
+    build = discovery.llama_build()
+    vendors = {d.vendor for d in gpus}
+    if build.split(" + ")[0] == "CPU":
+        toolchain = {
+            "nvidia": "the CUDA toolkit with cuBLAS",
+            "amd": "ROCm 6.1 or newer",
+        }
+        wanted = " or ".join(toolchain[v] for v in sorted(vendors) if v in toolchain)
+        fixes.append(
+            "this llama.cpp build runs on the CPU only: install "
+            + (f"{wanted}, or " if wanted else "")
+            + "libvulkan-dev, glslc and spirv-headers, then run `make llama` (it rebuilds for the GPU)"
+        )
+    elif any(NOT_IN_BUILD in d.flags for d in gpus):
+        names = ", ".join(d.name for d in gpus if NOT_IN_BUILD in d.flags)
+        driver = "the NVIDIA driver's Vulkan ICD" if "nvidia" in vendors else "mesa-vulkan-drivers"
+        fixes.append(f"llama.cpp ({build}) does not see {names}: install its driver ({driver}) or rebuild "
+                     "with `make llama`")  # fmt: skip
+    cupy = next((p for p in discovery.probes if p.path == "cupy"), None)
+    if "nvidia" in vendors and cupy is not None and cupy.error.startswith("library missing"):
+        fixes.append("our kernels need CuPy: pip install 'foresight[cuda12]' (cuda13 for a CUDA 13 driver)")
+    elif cupy is not None and str(cupy.info.get("compiler", "")).startswith("unavailable"):
+        fixes.append("our kernels need NVRTC: pip install 'cuda-toolkit[nvrtc,cudart]==12.*' (or ==13.*)")
+    return fixes
 
 
 def probe_main(path: str) -> int:
