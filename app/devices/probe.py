@@ -99,15 +99,24 @@ def _same_device(gpu: Device, ggml: Device) -> bool:
 
 
 def _llama_numbering(gpus: list[Device], ggml_gpus: list[Device]) -> list[Device]:
-    taken: set[int] = set()
+    """Each GPU with llama.cpp's index: matched by name or memory, then what is left in order (Metal's
+    device names differ from the probe's); one with no llama.cpp device left is flagged."""
+    matches: dict[int, Device] = {}
+    free = list(ggml_gpus)
+    for i, gpu in enumerate(gpus):
+        match = next((g for g in free if _same_device(gpu, g)), None)
+        if match is not None:
+            matches[i] = match
+            free.remove(match)
+    for i, _gpu in enumerate(gpus):
+        if i not in matches and free:
+            matches[i] = free.pop(0)
     out = []
-    for gpu in gpus:
-        match = next((g for g in ggml_gpus if g.index not in taken and _same_device(gpu, g)), None)
+    for i, gpu in enumerate(gpus):
+        match = matches.get(i)
         if match is None:
-            flags = [*gpu.flags, NOT_IN_BUILD]
-            out.append(Device(**{**asdict(gpu), "flags": flags}))
+            out.append(Device(**{**asdict(gpu), "flags": [*gpu.flags, NOT_IN_BUILD]}))
             continue
-        taken.add(match.index)
         backends = [*gpu.backends, *(b for b in match.backends if b not in gpu.backends)]
         out.append(Device(**{**asdict(gpu), "index": match.index, "backends": backends}))
     return out
