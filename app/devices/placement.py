@@ -10,6 +10,7 @@ from app.catalog import fit
 from app.catalog.fit import CONTEXT_TIERS as FIT_TIERS
 from app.catalog.fit import GIB, PairNeed
 from app.config import Settings
+from app.devices import probe
 from app.devices.probe import NOT_IN_BUILD, Device
 
 BUSY_UTILISATION = 50  # percent; above it a device is someone else's
@@ -201,3 +202,25 @@ def apply(settings: Settings, placed: Placement) -> Settings:
     )
     return settings.model_copy(update={"engine": engine})
 
+
+def settle(
+    settings: Settings,
+    target: str | Path,
+    draft: str | Path | None = None,
+    devices: list[Device] | None = None,
+) -> tuple[Settings, Placement | None]:
+    """What the engine process runs with: the placement applied where a device or the context is left
+    automatic (devices discovered in child processes unless given), the settings unchanged otherwise."""
+    if not is_automatic(settings):
+        return settings, None
+    if devices is None:
+        devices = probe.discover(paths=probe.PLACEMENT_PROBES).devices()
+    drafter = draft if settings.draft.mode in ("auto", "model") else None
+    need = need_of(target, drafter, settings.engine.mmproj)
+    placed = place(devices, need, user_choice(settings))
+    return apply(settings, placed), placed
+
+
+def describe(placed: Placement | None) -> dict[str, Any]:
+    """The placement as /props reports it."""
+    return placed.as_dict() if placed is not None else {"reason": "devices and context set explicitly"}
