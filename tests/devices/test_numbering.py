@@ -9,7 +9,8 @@ from pathlib import Path
 from app.catalog.fit import GIB, ModelShape, PairNeed
 from app.config import Settings
 from app.devices import placement
-from app.devices.probe import NOT_IN_BUILD, Device, Discovery, ProbeResult, build_label, gpu_fixes
+from app.devices.probe import NOT_IN_BUILD, Device, Discovery, ProbeResult, build_label
+from app.devices.report import gpu_fixes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MID = PairNeed(ModelShape(int(4.9 * GIB), 32, 8, 128, 128, 131072), ModelShape(int(0.8 * GIB), 16, 8, 64, 64))
