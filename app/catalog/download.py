@@ -40,7 +40,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 
-from app import paths
+from app.catalog import manifest
 from app.catalog.remote import status_message
 
 log = logging.getLogger(__name__)
@@ -426,9 +426,6 @@ class DownloadJob:
 
 # --- the record of installed files ------------------------------------------------------------------
 
-MANIFEST = "manifest.json"
-
-
 def _sidecar(part: Path) -> Path:
     return part.with_name(part.name + ".json")
 
@@ -443,38 +440,9 @@ def _part_matches(part: Path, p: PlannedFile) -> bool:
     return same and (p.sha256 is not None or meta.get("commit") == p.commit)
 
 
-def read_manifest(models_dir: Path) -> dict[str, dict]:
-    """The record of installed files; an unreadable one is set aside (never overwritten) and read as empty."""
-    path = models_dir / MANIFEST
-    try:
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        aside = path.with_name(f"{MANIFEST}.bad-{int(time.time())}")
-        log.warning("%s is unreadable (%s); kept as %s", path, exc, aside.name)
-        os.replace(path, aside)
-        return {}
-    return data
-
-
-def write_manifest(models_dir: Path, data: dict[str, dict]) -> None:
-    """Write the manifest atomically (a crash leaves the old or the new one, never half of it)."""
-    models_dir.mkdir(parents=True, exist_ok=True)
-    paths.write_atomic(models_dir / MANIFEST, json.dumps(data, indent=1, sort_keys=True))
-
-
-def manifest_lock(models_dir: Path) -> FileLock:
-    """Held around every read-modify-write of the manifest, across threads and processes."""
-    models_dir.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(models_dir / f".{MANIFEST}.lock"))
-
-
 def _record(models_dir: Path, p: PlannedFile) -> None:
-    with manifest_lock(models_dir):
-        data = read_manifest(models_dir)
+    with manifest.lock(models_dir):
+        data = manifest.read(models_dir)
         key = str(p.final.relative_to(models_dir))
         data[key] = {
             "repo": p.spec.repo,
@@ -487,12 +455,12 @@ def _record(models_dir: Path, p: PlannedFile) -> None:
             "source": "hub",
             "added": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        write_manifest(models_dir, data)
+        manifest.write(models_dir, data)
 
 
 def _installed_matches(models_dir: Path, p: PlannedFile) -> bool:
     """An installed file counts as present when the manifest recorded the same hash and size."""
-    entry = read_manifest(models_dir).get(str(p.final.relative_to(models_dir)), {})
+    entry = manifest.read(models_dir).get(str(p.final.relative_to(models_dir)), {})
     return entry.get("size") == p.size == p.final.stat().st_size and entry.get("sha256") == p.sha256
 
 

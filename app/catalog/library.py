@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.catalog import download, gguf
+from app.catalog import download, gguf, manifest
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,10 @@ class Library:
 
     def scan(self, include_hf_cache: bool = True) -> list[LocalModel]:
         """Every GGUF the app knows: the manifest, files dropped into the models folder, the HF cache."""
-        manifest = download.read_manifest(self.models_dir)
+        records = manifest.read(self.models_dir)
         seen: set[Path] = set()
         models = []
-        for key, entry in sorted(manifest.items()):
+        for key, entry in sorted(records.items()):
             path = Path(entry["path"]) if "path" in entry else self.models_dir / key
             seen.add(path.resolve())
             if _is_shard_tail(path):
@@ -166,10 +166,10 @@ class Library:
             key = f"import:{path}"
             entry["path"] = str(path)
         entry["added"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        with download.manifest_lock(self.models_dir):
-            manifest = download.read_manifest(self.models_dir)
-            manifest[key] = entry
-            download.write_manifest(self.models_dir, manifest)
+        with manifest.lock(self.models_dir):
+            records = manifest.read(self.models_dir)
+            records[key] = entry
+            manifest.write(self.models_dir, records)
         return _describe(path, "import", entry)
 
     def resolve(self, name: str) -> Path:
@@ -200,16 +200,16 @@ class Library:
             raise FileNotFoundError(f"{path} is not a model in the library")
         root = self.models_dir.resolve()
         inside = root in resolved.parents
-        with download.manifest_lock(self.models_dir):
-            manifest = download.read_manifest(self.models_dir)
+        with manifest.lock(self.models_dir):
+            records = manifest.read(self.models_dir)
             files = _shards(resolved) if inside else [resolved]
 
             def listed_as(key: str, entry: dict) -> Path:
                 return (Path(entry["path"]) if "path" in entry else root / key).resolve()
 
-            for key in [k for k, e in manifest.items() if listed_as(k, e) in files]:
-                del manifest[key]
-            download.write_manifest(self.models_dir, manifest)
+            for key in [k for k, e in records.items() if listed_as(k, e) in files]:
+                del records[key]
+            manifest.write(self.models_dir, records)
         if not inside:
             return f"forgot {path} (the file itself was left where it is)"
         for f in files:

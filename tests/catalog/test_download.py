@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from app.catalog import download, gguf, pairing, remote
+from app.catalog import download, gguf, manifest, pairing, remote
 from app.catalog.packaged import GEMMA_270M, QWEN_CODER_1_5B
 from tests.support.fake_hub import FakeHub
 
@@ -80,8 +80,8 @@ def test_a_pair_downloads_as_one_job_and_verifies(hubsrv: FakeHub, tmp_path: Pat
     assert result.bytes_downloaded == QWEN_CODER_1_5B.size + GEMMA_270M.size
     assert result.bytes_resumed == 0
     assert not list((tmp_path / "models" / download.PARTIAL_DIR).rglob("*.part"))
-    manifest = download.read_manifest(tmp_path / "models")
-    assert {e["role"] for e in manifest.values()} == {"target", "drafter"}
+    records = manifest.read(tmp_path / "models")
+    assert {e["role"] for e in records.values()} == {"target", "drafter"}
     # one progress stream for the whole pair: its done bytes never go back, and it ends done
     done = [e.done for e in events if e.state == "downloading"]
     assert done == sorted(done)
@@ -319,13 +319,13 @@ def test_a_file_installed_before_a_crash_is_recorded_not_fetched_again(
     result = _job(hubsrv, models, [_gemma_spec()]).run()
     assert result.bytes_downloaded == 0
     assert hubsrv.bytes_sent(*GEMMA) == 0
-    assert download.read_manifest(models)[f"{GEMMA_REPO}/{GEMMA_FILE}"]["sha256"] == GEMMA_270M.sha256
+    assert manifest.read(models)[f"{GEMMA_REPO}/{GEMMA_FILE}"]["sha256"] == GEMMA_270M.sha256
 
 
 def test_an_unreadable_manifest_is_set_aside_not_overwritten(tmp_path: Path) -> None:
-    (tmp_path / download.MANIFEST).write_text("{ half a manifest")
-    assert download.read_manifest(tmp_path) == {}
-    (aside,) = tmp_path.glob(f"{download.MANIFEST}.bad-*")
+    (tmp_path / manifest.MANIFEST).write_text("{ half a manifest")
+    assert manifest.read(tmp_path) == {}
+    (aside,) = tmp_path.glob(f"{manifest.MANIFEST}.bad-*")
     assert aside.read_text() == "{ half a manifest"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.catalog import download, gguf
+from app.catalog import download, gguf, manifest
 from app.catalog.library import Library, LocalModel
 
 
@@ -66,7 +66,7 @@ def test_import_refuses_a_file_that_is_not_gguf(tmp_path: Path) -> None:
         lib.import_file(bad)
     with pytest.raises(FileNotFoundError):
         lib.import_file(tmp_path / "missing.gguf")
-    assert download.read_manifest(tmp_path / "models") == {}
+    assert manifest.read(tmp_path / "models") == {}
 
 
 def test_scan_finds_dropped_files_and_reports_broken_ones(tmp_path: Path, gemma_link: Path) -> None:
@@ -89,7 +89,7 @@ def test_verify_catches_a_changed_byte_in_a_downloaded_file(tmp_path: Path, gemm
     final.write_bytes(gemma_link.read_bytes())
     key = str(final.relative_to(models))
     record = {"source": "hub", "sha256": download.sha256_file(final), "size": 1}
-    download.write_manifest(models, {key: record})
+    manifest.write(models, {key: record})
     lib = Library(models)
     assert [why.split(" ")[0] for m, why in lib.verify() if m.source != "packaged"] == ["ok"]
     with final.open("r+b") as f:
