@@ -48,17 +48,28 @@ __device__ __forceinline__ float fs_half_bits_to_float(u32 h) {
     return __uint_as_float(__float_as_uint(f) | ((h & 0x8000u) << 16));
 }
 
-// Threads of every attention block (a multiple of 64, so whole warps on CUDA and on HIP).
-#define FS_ATTN_THREADS 128
-// Most context splits one attention launch may use (attention_combine keeps a weight per split).
-#define FS_ATTN_MAX_SPLITS 1024
-// Threads of an attention_combine block: head_dim of them across, the rest side by side over the splits.
-#define FS_ATTN_COMBINE_THREADS 512
+// From app/engine/kernels/runtime.py's KERNEL_CONSTANTS, as -D defines (the launches read the same table):
+// FS_ATTN_THREADS, threads of every attention block (whole warps on CUDA and on HIP); FS_ATTN_MAX_SPLITS,
+// the most context splits one attention launch may use (attention_combine keeps a weight per split);
+// FS_ATTN_COMBINE_THREADS, threads of an attention_combine block (head_dim of them across, the rest side by
+// side over the splits); FS_ATTN_TILE_FLOATS, floats of a query group and of a key tile.
+#ifndef FS_ATTN_THREADS
+#error "FS_ATTN_THREADS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#ifndef FS_ATTN_MAX_SPLITS
+#error "FS_ATTN_MAX_SPLITS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#ifndef FS_ATTN_COMBINE_THREADS
+#error "FS_ATTN_COMBINE_THREADS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#ifndef FS_ATTN_TILE_FLOATS
+#error "FS_ATTN_TILE_FLOATS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
 
 // Per head_dim HD: query vectors per block (QG) and keys per shared-memory tile (TK); both HD * X = 2048
 // floats, so a block's shared memory stays near 25-31 KB for HD = 64, 128, 256 (two blocks fit a Turing SM).
 template <int HD>
 struct FsAttnShape {
-    static constexpr int QG = 2048 / HD;
-    static constexpr int TK = 2048 / HD;
+    static constexpr int QG = FS_ATTN_TILE_FLOATS / HD;
+    static constexpr int TK = FS_ATTN_TILE_FLOATS / HD;
 };

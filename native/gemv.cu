@@ -3,14 +3,14 @@
 // its FMAs, not by reading the weights, so reading them once per 8 rows costs little and halves the
 // registers and the compile time of a 16-row kernel); and the embedding lookup get_rows.
 //
-// Launch (qmatmul.py): grid = ceil(out / 16), block = FS_GEMV_THREADS (4 warps), dynamic shared memory
+// Launch (qmatmul.py): grid = ceil(out / FS_GEMV_ROWS), block = FS_GEMV_THREADS, dynamic shared memory
 // = B * xt * 4 bytes, where xt (elements of x staged at a time) is a multiple of FS_GEMV_STEP.
 //
-// Each warp owns 4 output rows; a "step" is FS_WARP pieces of 16 weights (512 elements on CUDA) of each of
-// its rows, piece `lane` of the step going to that lane. The bytes of a row's step are copied with
-// coalesced, 16-byte aligned copies into one of the warp's FS_GEMV_PF staging buffers (most block types
-// are only 2-byte aligned) -- asynchronously (cp.async) on sm_80+, FS_GEMV_PF - 1 steps ahead -- and
-// decoded from there. The weights are read once for all b rows of x, which sit in shared memory (4 rows
+// Each warp owns FS_GEMV_RPW (4) output rows; a "step" is FS_WARP pieces of 16 weights (512 elements on
+// CUDA) of each of its rows, piece `lane` of the step going to that lane. The bytes of a row's step are
+// copied with coalesced, 16-byte aligned copies into one of the warp's FS_GEMV_PF staging buffers (most
+// block types are only 2-byte aligned) -- asynchronously (cp.async) on sm_80+, FS_GEMV_PF - 1 steps ahead --
+// and decoded from there. The weights are read once for all b rows of x, which sit in shared memory (4 rows
 // per warp share every x load). A lane accumulates its pieces in order and the warp sums lanes with a
 // fixed butterfly, so row i of y is the same, bit for bit, whatever b is (the speculative verify pass and
 // plain decoding agree exactly).
@@ -23,20 +23,27 @@
 // what would pay next.
 #include "quant.cuh"
 
-// Overridable for experiments; app/engine/qmatmul.py's GEMV_WARPS / GEMV_ROWS must match the defaults.
-#ifndef FS_GEMV_WARPS
-#define FS_GEMV_WARPS 4
+// From app/engine/kernels/runtime.py's KERNEL_CONSTANTS, as -D defines (the launches read the same table).
+#ifndef FS_GEMV_THREADS
+#error "FS_GEMV_THREADS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
 #endif
 #ifndef FS_GEMV_RPW
-#define FS_GEMV_RPW 4
+#error "FS_GEMV_RPW is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
 #endif
-#define FS_GEMV_THREADS (FS_GEMV_WARPS * FS_WARP)
+#ifndef FS_GEMV_PF
+#error "FS_GEMV_PF is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#ifndef FS_GEMV_MAX_BATCH
+#error "FS_GEMV_MAX_BATCH is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#ifndef FS_GET_ROWS_THREADS
+#error "FS_GET_ROWS_THREADS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#define FS_GEMV_WARPS (FS_GEMV_THREADS / FS_WARP)
 #define FS_GEMV_ROWS (FS_GEMV_WARPS * FS_GEMV_RPW)
 #define FS_GEMV_STEP (FS_WARP * FS_PIECE)
-#ifndef FS_GEMV_PF
-#define FS_GEMV_PF 3
-#endif
-#define FS_GET_ROWS_THREADS 128
+static_assert(FS_GEMV_THREADS % FS_WARP == 0 && FS_GEMV_WARPS >= 1, "a GEMV block is whole warps");
+static_assert(FS_GEMV_MAX_BATCH == 8, "the entry points below are b1 .. b8");
 
 #if !FS_HIP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define FS_ASYNC_COPY 1

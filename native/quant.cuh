@@ -28,7 +28,10 @@
 #define FS_T_Q6_K 14
 #define FS_T_BF16 30
 
-#define FS_PIECE 16
+#ifndef FS_PIECE
+#error "FS_PIECE is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+static_assert(FS_PIECE == 16, "a piece decoder turns 16 weights (4 quarters of 4) into floats");
 
 #ifndef FS_SYNCWARP
 #define FS_SYNCWARP() __syncwarp()

@@ -3,7 +3,13 @@
 // over many blocks: argmax_partial_f32 reduces a slice per block, argmax_final_f32 reduces the slices.
 #include "compat.cuh"
 
-#define FS_ARGMAX_THREADS 256
+// From app/engine/kernels/runtime.py's KERNEL_CONSTANTS, as -D defines (the launches read the same table).
+#ifndef FS_ARGMAX_THREADS
+#error "FS_ARGMAX_THREADS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#ifndef FS_TOPK_PER_THREAD
+#error "FS_TOPK_PER_THREAD is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
 
 // Does (va, ia) come before (vb, ib) in numpy.argmax's order?
 __device__ __forceinline__ bool fs_argmax_better(float va, i32 ia, float vb, i32 ib) {
@@ -89,9 +95,8 @@ extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
 // needs only those k (value, id) pairs, not the whole row. Order: numpy.argmax's, repeatedly (best value
 // first, ties to the lower id, NaN first). Two passes as the argmax: topk_partial_f32 takes the k best of
 // each slice of FS_TOPK_SLICE logits, topk_final_f32 the k best of those parts * k candidates.
-#define FS_TOPK_MAX 64
-#define FS_TOPK_PER_THREAD 16
 #define FS_TOPK_SLICE (FS_ARGMAX_THREADS * FS_TOPK_PER_THREAD)
+static_assert(FS_TOPK_PER_THREAD <= 32, "a thread marks its taken candidates in one 32-bit word");
 
 // The k best of `count` candidates (value vals[j], id ids[j], or j + id_base when ids is null) into out_val,
 // out_idx [k] (thread 0 writes). Thread t holds candidates t + FS_ARGMAX_THREADS * e in registers and its
@@ -134,7 +139,7 @@ __device__ __forceinline__ void fs_topk_select(const float* __restrict__ vals, c
 }
 
 // logits: [n, vocab]; part_val, part_idx: [n, gridDim.x, k], slice b of a row = [b * FS_TOPK_SLICE, + slice).
-// grid (ceil(vocab / FS_TOPK_SLICE), n), block (FS_ARGMAX_THREADS); k <= FS_TOPK_MAX.
+// grid (ceil(vocab / FS_TOPK_SLICE), n), block (FS_ARGMAX_THREADS); the host bounds k (ops.TOPK_MAX).
 extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
     topk_partial_f32(const float* __restrict__ logits, float* __restrict__ part_val, i32* __restrict__ part_idx,
                      i32 vocab, i32 k) {

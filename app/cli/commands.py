@@ -11,10 +11,11 @@ from pathlib import Path
 from app import __version__, paths
 from app.config import ConfigError, Settings, add_section_flags, load_settings, overrides_from_args
 from app.logs import setup_logging
+from app.resources import shipped
 
 log = logging.getLogger("foresight")
 COMMANDS = ("gui", "chat", "generate", "bench", "serve", "devices", "models")
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "bench" / "prompts.json"
+DEFAULT_PROMPTS = shipped("bench/prompts.json")
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:

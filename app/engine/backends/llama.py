@@ -5,11 +5,9 @@ from __future__ import annotations
 # llama_cpp comes before NumPy: the other order was seen to segfault with a CUDA build.
 import llama_cpp  # isort: skip
 
-import collections
 import ctypes
 import logging
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,80 +15,14 @@ from typing import Any
 import numpy as np
 
 from app.catalog import gguf
-from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
+from app.engine.backends.base import ModelFacts, plan_decode, read_model_header
+from app.engine.backends.llama_library import ensure_backend
+from app.engine.backends.llama_library import ggml_library as ggml_library  # app.devices reads it here
+from app.engine.backends.llama_library import native_errors as _native_errors
+from app.engine.backends.tokenizer import Vocabulary as _Vocabulary
 from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
 
 log = logging.getLogger("foresight.llama")
-_native_log = logging.getLogger("llama.cpp")
-_recent_problems: collections.deque[str] = collections.deque(maxlen=8)  # llama.cpp's last warnings/errors
-# ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line
-_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-_last_level = [logging.DEBUG]
-_init_lock = threading.Lock()
-_initialised = False
-
-
-@llama_cpp.llama_log_callback
-def _on_native_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", errors="replace").rstrip()
-    py_level = _last_level[0] if level == 5 else _LEVELS.get(level, logging.DEBUG)
-    _last_level[0] = py_level
-    if not line:
-        return
-    if py_level >= logging.WARNING:
-        _recent_problems.append(line)
-    _native_log.log(py_level, line)
-
-
-def ggml_library() -> ctypes.CDLL | None:
-    """The libggml that llama.cpp itself loaded (its backend registry), or None when not found.
-
-    Wheels and bundles hold copies rather than symlinks (libggml.so, .so.0, ...); opening another copy
-    would load a second libggml with an empty registry, so on Linux the mapped file is used.
-    """
-    maps = Path("/proc/self/maps")
-    if maps.exists():
-        for line in maps.read_text().splitlines():
-            path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-            if Path(path).name.startswith("libggml.so"):
-                return ctypes.CDLL(path)
-    lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
-    for name in ("libggml.so.0", "libggml.so", "libggml.dylib", "ggml.dll"):
-        if (lib_dir / name).exists():
-            return ctypes.CDLL(str(lib_dir / name))
-    return None
-
-
-def _load_dynamic_backends() -> None:
-    """A GGML_BACKEND_DL build (the installer's portable one) registers no backend by itself: load them
-    from the folder that holds its CPU variants, where ggml picks the best one for this machine."""
-    ggml = ggml_library()
-    if ggml is None:
-        return
-    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    if ggml.ggml_backend_reg_count() > 0:
-        return
-    package = Path(llama_cpp.__file__).resolve().parent
-    # the wheel installs the variants in <site-packages>/bin; the bundle keeps them in llama_cpp/lib
-    for folder in (package / "lib", package.parent / "bin"):
-        if any(folder.glob("*ggml-cpu*")):
-            ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-            ggml.ggml_backend_load_all_from_path(str(folder).encode())
-            log.info("loaded %d ggml backends from %s", ggml.ggml_backend_reg_count(), folder)
-            return
-    log.warning("this llama.cpp build loads its backends dynamically, and none was found")
-
-
-def ensure_backend() -> None:
-    global _initialised
-    with _init_lock:
-        if not _initialised:
-            llama_cpp.llama_log_set(_on_native_log, ctypes.c_void_p(0))
-            _load_dynamic_backends()
-            llama_cpp.llama_backend_init()
-            _initialised = True
-
-
 def gpu_offload_supported() -> bool:
     ensure_backend()
     return bool(llama_cpp.llama_supports_gpu_offload())
@@ -101,13 +33,6 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS, Windows
         return max(1, os.cpu_count() or 1)
-
-
-def _native_errors() -> str:
-    """llama.cpp's recent warnings and errors, consumed: they explain the failure being reported."""
-    lines = list(_recent_problems)[-3:]
-    _recent_problems.clear()
-    return "; ".join(lines)
 
 
 def _resolve_device(device: str, gpu_layers: int) -> tuple[str, int, int, str]:
@@ -147,73 +72,6 @@ _FLASH_ATTN = {
     "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
-
-
-class _Vocabulary:
-    """Tokenizer access shared by a full model and a vocabulary-only one: needs `_vocab_p`."""
-
-    _vocab_p: Any
-    _tok_buf: Any
-    _piece_buf: Any
-    _pieces: dict[int, bytes]
-
-    def _init_vocabulary(self) -> None:
-        self._tok_buf = (llama_cpp.llama_token * 4096)()
-        self._piece_buf = ctypes.create_string_buffer(256)
-        self._pieces = {}
-
-    def _vocab_info(self, n_tokens: int) -> VocabInfo:
-        vt = self._vocab_p
-        return VocabInfo(
-            vocab_type=int(llama_cpp.llama_vocab_type(vt)),
-            n_tokens=n_tokens,
-            bos=int(llama_cpp.llama_vocab_bos(vt)),
-            eos=int(llama_cpp.llama_vocab_eos(vt)),
-            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vt)),
-            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(vt)),
-        )
-
-    # --- tokens ---------------------------------------------------------------------------------------
-    def tokenize(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]:
-        while True:
-            n = llama_cpp.llama_tokenize(
-                self._vocab_p, text, len(text), self._tok_buf, len(self._tok_buf), add_special, parse_special
-            )
-            if n >= 0:
-                return list(self._tok_buf[:n])
-            self._tok_buf = (llama_cpp.llama_token * (-n + 16))()
-
-    def token_bytes(self, token: int) -> bytes:
-        piece = self._pieces.get(token)
-        if piece is None:
-            buf = self._piece_buf
-            n = llama_cpp.llama_token_to_piece(self._vocab_p, token, buf, len(buf), 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(self._vocab_p, token, buf, len(buf), 0, False)
-            piece = buf.raw[:n]
-            self._pieces[token] = piece
-        return piece
-
-    def detokenize(self, tokens: list[int]) -> bytes:
-        return b"".join(self.token_bytes(t) for t in tokens)
-
-    def token_text(self, token: int) -> str:
-        raw = llama_cpp.llama_vocab_get_text(self._vocab_p, token)
-        return raw.decode("utf-8", errors="replace") if raw else ""
-
-    def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab_p, token))
-
-    def fim_tokens(self) -> tuple[int, int, int] | None:
-        """(prefix, suffix, middle) ids for fill-in-the-middle prompts; None when the vocabulary lacks one."""
-        vt = self._vocab_p
-        pre, suf, mid = (
-            int(llama_cpp.llama_vocab_fim_pre(vt)),
-            int(llama_cpp.llama_vocab_fim_suf(vt)),
-            int(llama_cpp.llama_vocab_fim_mid(vt)),
-        )
-        return (pre, suf, mid) if min(pre, suf, mid) >= 0 else None
 
 
 class LlamaBackend(_Vocabulary):
@@ -459,33 +317,3 @@ class LlamaBackend(_Vocabulary):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class LlamaVocab(_Vocabulary):
-    """A model file's tokenizer alone (llama.cpp loads the vocabulary and no weights): for backends that
-    run the weights themselves."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        ensure_backend()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.vocab_only = True
-        mparams.n_gpu_layers = 0
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self._model:
-            raise ModelLoadError(
-                f"llama.cpp could not read the vocabulary of {self.path.name}: "
-                f"{_native_errors() or 'no reason'}"
-            )
-        self._vocab_p = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab_p))
-        if self.n_vocab <= 0:
-            self.close()
-            raise ModelLoadError(f"{self.path.name} has no vocabulary: not a text model")
-        self._init_vocabulary()
-        self.vocab = self._vocab_info(self.n_vocab)
-
-    def close(self) -> None:
-        if getattr(self, "_model", None):
-            llama_cpp.llama_model_free(self._model)
-            self._model = None

@@ -6,7 +6,8 @@ one launch, as are Gemma's output norm, residual add and next input norm; the KV
 llama.cpp's), and a pass of width n (1..max_width tokens) is recorded once as a
 CUDA graph and replayed: only the token ids and positions are copied in before a replay, and the argmax
 ids (or the rows of logits asked for) copied out after. On HIP the same launches run without a graph.
-Tokenizer and chat template come from llama.cpp, which reads the file's vocabulary and no weights.
+The weights come from the file through kernels.weights (as the reference reads them); the tokenizer from
+tokenizer.Tokenizer (llama.cpp reads the file's vocabulary and no weights).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from app.catalog import gguf
 from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
 from app.engine.errors import DecodeError, ModelLoadError
 from app.engine.kernels import ops, qmatmul, runtime
-from app.engine.kernels.reference import ModelConfig, ReferenceModel
+from app.engine.kernels.reference import ModelConfig
 from app.engine.kernels.runtime import is_hip
+from app.engine.kernels.weights import ModelWeights
 
 log = logging.getLogger("foresight.native")
 
@@ -113,10 +115,10 @@ class NativeBackend:
             raise ModelLoadError(f"the native backend cannot run {self.path.name}: {reason}")
         cupy = _cupy()
         try:
-            self.model = ReferenceModel(self.path, self.header)
+            c = self.config = ModelConfig.from_header(self.header)
         except ValueError as exc:  # what the reference does not implement, named
             raise ModelLoadError(f"the native backend cannot run {self.path.name}: {exc}") from exc
-        c = self.config = self.model.config
+        self.tensors = ModelWeights(self.path, self.header)
         self.n_ctx = int(n_ctx)
         self.n_batch = self.max_width = int(max_width)
         self.n_threads = 0
@@ -127,9 +129,9 @@ class NativeBackend:
         self.n_vocab = c.n_vocab
         self._vocab: Any = None
         if tokenizer:
-            from app.engine.backends.llama import LlamaVocab  # llama.cpp reads the vocabulary, no weights
+            from app.engine.backends.tokenizer import Tokenizer  # llama.cpp reads the vocabulary, no weights
 
-            self._vocab = LlamaVocab(self.path)
+            self._vocab = Tokenizer(self.path)
             self.vocab: VocabInfo = self._vocab.vocab
         self.chat_template = self.header.chat_template
         self.kv_tokens: list[int] = []
@@ -178,11 +180,11 @@ class NativeBackend:
         for t in self.header.tensors:
             if t.name.removesuffix(".weight").removesuffix(".bias") in projections:
                 continue  # uploaded below, fused where they can be
-            raw, ggml_type, shape = self.model.raw(t.name)
+            raw, ggml_type, shape = self.tensors.raw(t.name)
             if len(shape) == 2:
                 self.weights[t.name] = qmatmul.DeviceWeight(raw, ggml_type, (shape[0], shape[1]), t.name)
             else:
-                self.vectors[t.name] = cupy.asarray(self.model.weight(t.name), dtype=cupy.float32)
+                self.vectors[t.name] = cupy.asarray(self.tensors.weight(t.name), dtype=cupy.float32)
         self.layers = [
             (self._projections(il, _ATTN_IN, types), self._projections(il, _FFN_IN, types))
             for il in range(c.n_layer)
@@ -204,7 +206,7 @@ class NativeBackend:
         out = []
         for run in runs:
             names = [f"blk.{il}.{role}" for role in run]
-            raws = [self.model.raw(f"{name}.weight") for name in names]
+            raws = [self.tensors.raw(f"{name}.weight") for name in names]
             blocks = np.concatenate([np.asarray(r[0]) for r in raws]) if len(raws) > 1 else raws[0][0]
             rows = [shape[0] for _, _, shape in raws]
             label = "+".join(names)
@@ -213,7 +215,9 @@ class NativeBackend:
             bias = None
             if any(f"{name}.bias" in types for name in names):
                 parts = [
-                    self.model.weight(f"{name}.bias") if f"{name}.bias" in types else np.zeros(r, np.float32)
+                    self.tensors.weight(f"{name}.bias")
+                    if f"{name}.bias" in types
+                    else np.zeros(r, np.float32)
                     for name, r in zip(names, rows, strict=True)
                 ]
                 bias = self.vectors[f"{label}.bias"] = _cupy().asarray(np.concatenate(parts), np.float32)
@@ -457,7 +461,7 @@ class NativeBackend:
         self._graphs.clear()
         buffers = ("logits", "best", "topk_val", "topk_idx", "ids", "pos", "x", "h", "o", "q", "proj", "attn")
         buffers = (*buffers, "gate", "layers")
-        for name in ("weights", "vectors", "output", "model", "cache", "workspace", *buffers):
+        for name in ("weights", "vectors", "output", "tensors", "cache", "workspace", *buffers):
             if hasattr(self, name):
                 delattr(self, name)
         # CuPy's pool keeps freed blocks: hand them back, so llama.cpp (a fallback) can have them

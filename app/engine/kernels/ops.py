@@ -13,27 +13,27 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.kernels.runtime import KernelError, check, is_hip, launch
+from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, is_hip, launch
 
-# Must match native/attention.cuh: FS_ATTN_THREADS, FS_ATTN_MAX_SPLITS, FS_ATTN_COMBINE_THREADS, and
-# FsAttnShape's QG = 2048 / head_dim.
-ATTN_THREADS = 128
-ATTN_MAX_SPLITS = 1024
-ATTN_COMBINE_THREADS = 512
-ATTN_HEAD_DIMS = (64, 128, 256)
+# Shared with the kernels through runtime.KERNEL_CONSTANTS (their -D defines).
+ATTN_THREADS = KERNEL_CONSTANTS["FS_ATTN_THREADS"]
+ATTN_MAX_SPLITS = KERNEL_CONSTANTS["FS_ATTN_MAX_SPLITS"]
+ATTN_COMBINE_THREADS = KERNEL_CONSTANTS["FS_ATTN_COMBINE_THREADS"]
+ATTN_TILE_FLOATS = KERNEL_CONSTANTS["FS_ATTN_TILE_FLOATS"]  # query vectors per block: this / head_dim
+ARGMAX_THREADS = KERNEL_CONSTANTS["FS_ARGMAX_THREADS"]
+# The final top-k pass holds a row's parts x k candidates in one block: at most TOPK_SLICE of them.
+TOPK_SLICE = ARGMAX_THREADS * KERNEL_CONSTANTS["FS_TOPK_PER_THREAD"]
+
+ATTN_HEAD_DIMS = (64, 128, 256)  # the attention_split_hd<HD> entry points
 # Attention blocks per streaming multiprocessor to aim for when splitting the context, and the default cap
 # on splits (their partials are [splits, rows, heads, head_dim] floats of workspace).
 ATTN_BLOCKS_PER_SM = 4
 ATTN_DEFAULT_MAX_SPLITS = 128
-# Must match native/sample.cu: FS_ARGMAX_THREADS. A slice of 4096 logits per block: 64 blocks per row of
-# gemma's 262144-token vocabulary, 38 of Qwen's 151936.
-ARGMAX_THREADS = 256
+# A slice of 4096 logits per argmax block: 64 blocks per row of gemma's 262144-token vocabulary, 38 of
+# Qwen's 151936.
 ARGMAX_PER_BLOCK = 4096
 ELEMENT_THREADS = 256
-# Must match native/sample.cu: FS_TOPK_MAX, FS_TOPK_SLICE (FS_ARGMAX_THREADS x FS_TOPK_PER_THREAD). The final
-# pass holds a row's parts x k candidates in one block: at most TOPK_SLICE of them.
 TOPK_MAX = 64
-TOPK_SLICE = 4096
 # Blocks per token of qk_norm_rope_store (native/qkv.cu): each takes every QKV_HEAD_BLOCKS-th head and forms
 # the rotation angles once for them.
 QKV_HEAD_BLOCKS = 8
@@ -62,7 +62,7 @@ def _norm_threads(d: int) -> int:
 
 
 def _attention_groups(n: int, n_head: int, n_kv: int, head_dim: int) -> int:
-    return _blocks(n * (n_head // n_kv), 2048 // head_dim)
+    return _blocks(n * (n_head // n_kv), ATTN_TILE_FLOATS // head_dim)
 
 
 class KVCache:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.kernels.runtime import KernelError, check, is_hip, launch
+from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, is_hip, launch
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,12 @@ TYPES: dict[int, QuantType] = {
     30: QuantType("BF16", "bf16", 1, 2),
 }
 
-# Must match native/gemv.cu and native/quant.cuh: FS_GEMV_WARPS, FS_GEMV_ROWS, FS_PIECE, the B of the
-# fs_gemv_*_b<B> entry points (1..8), FS_GET_ROWS_THREADS.
-GEMV_WARPS = 4
-GEMV_ROWS = 16  # output rows per thread block (4 warps x 4 rows)
-PIECE = 16  # a row is decoded 16 weights at a time: `in` must be a multiple of it
-MAX_BATCH = 8  # rows of x per launch; more run as several launches
-GET_ROWS_THREADS = 128
+# Shared with the kernels through runtime.KERNEL_CONSTANTS (their -D defines).
+GEMV_THREADS = KERNEL_CONSTANTS["FS_GEMV_THREADS"]
+GEMV_RPW = KERNEL_CONSTANTS["FS_GEMV_RPW"]  # output rows per warp
+PIECE = KERNEL_CONSTANTS["FS_PIECE"]  # a row is decoded PIECE weights at a time: `in` must be a multiple
+MAX_BATCH = KERNEL_CONSTANTS["FS_GEMV_MAX_BATCH"]  # rows of x per launch; more run as several launches
+GET_ROWS_THREADS = KERNEL_CONSTANTS["FS_GET_ROWS_THREADS"]
 # Shared memory for the staged rows of x: b * xt * 4 bytes, beside the weights' staging buffers (up to
 # 27 KiB: FS_GEMV_PF steps of 4 warps x 4 rows), within the 48 KiB a kernel gets without an opt-in.
 X_TILE_BYTES = 16384
@@ -64,6 +63,11 @@ def _warp() -> int:
     if _warp_size is None:
         _warp_size = 64 if is_hip() else 32
     return _warp_size
+
+
+def rows_per_block(warp: int = 32) -> int:
+    """Output rows of one GEMV block: its warps (GEMV_THREADS / warp) times GEMV_RPW."""
+    return GEMV_THREADS // warp * GEMV_RPW
 
 
 def x_tile(rows: int, n_in: int, warp: int = 32) -> int:
@@ -190,8 +194,8 @@ def matmul(x: Any, weight: DeviceWeight, out: Any, bias: Any = None, accumulate:
         _check_device("bias", bias)
         bias_arg = bias
     warp = _warp()
-    grid = (-(-weight.n_out // GEMV_ROWS),)
-    block = (GEMV_WARPS * warp,)
+    grid = (-(-weight.n_out // rows_per_block(warp)),)
+    block = (GEMV_THREADS,)
     for c0 in range(0, n_b, MAX_BATCH):
         rows = min(MAX_BATCH, n_b - c0)
         xt = x_tile(rows, weight.n_in, warp)

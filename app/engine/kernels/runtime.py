@@ -1,11 +1,13 @@
 """Our CUDA/HIP kernels from native/: compiled at first use by CuPy (NVRTC / hipRTC), cached, checked.
 
-Compiler flags live here and nowhere else: the runtime compile (CuPy) and the offline check with nvcc
-(tests/engine/kernels/test_native_compile.py) both take them from `NVRTC_OPTIONS` / `nvcc_command`.
+Compiler flags and the kernels' shared constants live here and nowhere else: the runtime compile (CuPy)
+and the offline check with nvcc (tests/engine/kernels/test_native_compile.py) both take them from
+`compile_options` / `nvcc_command`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections.abc import Sequence
@@ -13,14 +15,39 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.resources import shipped
 
-NATIVE_DIR = Path(__file__).resolve().parents[3] / "native"
+NATIVE_DIR = shipped("native")
 # Architectures every source must compile for offline: Turing (RTX 20), Ampere (RTX 30), Hopper (H100/H200).
 NVCC_ARCHS = ("sm_75", "sm_86", "sm_90")
 # No fast math: the kernels are checked against the NumPy reference, and llama.cpp's CUDA build keeps
 # precise expf/tanhf too. C++17 for `if constexpr` in the block decoders.
 NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
 HIPRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+
+# The constants the kernels and their launches share. Python is their one source: every compile passes
+# them as -D defines (`kernel_defines`), each source that uses one stops with #error where it is missing,
+# and the launch wrappers (ops.py, qmatmul.py) read them from this table.
+KERNEL_CONSTANTS: dict[str, int] = {
+    # GEMV (gemv.cu): threads of a block (4 warps of 32 or 2 of 64), output rows per warp, staging buffers
+    # per warp, most rows of x per launch (its entry points are b1 .. b8); threads of a get_rows block.
+    "FS_GEMV_THREADS": 128,
+    "FS_GEMV_RPW": 4,
+    "FS_GEMV_PF": 3,
+    "FS_GEMV_MAX_BATCH": 8,
+    "FS_GET_ROWS_THREADS": 128,
+    # Weights decoded at a time (quant.cuh): a row's length must be a multiple of it.
+    "FS_PIECE": 16,
+    # Attention (attention.cuh): threads of a block, most context splits of a launch, threads of a combine
+    # block, floats of a tile (query vectors per block and keys per tile are this / head_dim).
+    "FS_ATTN_THREADS": 128,
+    "FS_ATTN_MAX_SPLITS": 1024,
+    "FS_ATTN_COMBINE_THREADS": 512,
+    "FS_ATTN_TILE_FLOATS": 2048,
+    # Argmax and top-k (sample.cu): threads of a block, top-k candidates each thread holds.
+    "FS_ARGMAX_THREADS": 256,
+    "FS_TOPK_PER_THREAD": 16,
+}
 
 
 class KernelError(RuntimeError):
@@ -31,14 +58,39 @@ def native_sources() -> list[Path]:
     return sorted(NATIVE_DIR.glob("*.cu"))
 
 
-def nvcc_command(source: Path, arch: str, output: Path) -> list[str]:
-    """The offline compile of one source: the same language options as the runtime compile."""
+def kernel_defines() -> tuple[str, ...]:
+    """-D defines of every compile: the table."""
+    return tuple(f"-D{name}={value}" for name, value in KERNEL_CONSTANTS.items())
+
+
+def _headers_digest() -> str:
+    # CuPy's binary cache is keyed by the source and the options, not by the headers the source includes:
+    # their digest among the options makes a changed header compile anew.
+    digest = hashlib.sha256()
+    for header in sorted(NATIVE_DIR.glob("*.cuh")):
+        digest.update(header.name.encode() + header.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def compile_options(hip: bool) -> tuple[str, ...]:
+    """Options of the runtime compile (NVRTC, or hipRTC under ROCm's CuPy)."""
+    return (
+        *(HIPRTC_OPTIONS if hip else NVRTC_OPTIONS),
+        f"-I{NATIVE_DIR}",
+        *kernel_defines(),
+        f"-DFS_HEADERS_DIGEST=0x{_headers_digest()}",
+    )
+
+
+def nvcc_command(source: Path, arch: str, output: Path, defines: Sequence[str] | None = None) -> list[str]:
+    """The offline compile of one source: the same language options and defines as the runtime compile."""
     return [
         "nvcc",
         "-c",
         "-std=c++17",
         f"-arch={arch}",
         f"-I{NATIVE_DIR}",
+        *(kernel_defines() if defines is None else defines),
         "-Xcompiler",
         "-Wall",
         "-o",
@@ -95,7 +147,7 @@ class KernelLibrary:
         if not path.is_file():
             raise KernelError(f"no kernel source {path}")
         os.environ.setdefault("CUPY_CACHE_DIR", str(paths.cache_dir() / "kernels"))
-        options = (*(HIPRTC_OPTIONS if is_hip() else NVRTC_OPTIONS), f"-I{NATIVE_DIR}")
+        options = compile_options(is_hip())
         try:
             mod = cupy.RawModule(code=path.read_text(), options=options, backend="nvrtc")
             mod.compile()

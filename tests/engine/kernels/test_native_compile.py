@@ -1,5 +1,7 @@
-"""Every kernel source compiles offline with nvcc for the architectures we ship (no GPU needed), and holds
-nothing NVRTC lacks: host standard headers do not exist when CuPy compiles at run time."""
+"""Every kernel source compiles offline with nvcc for the architectures we ship (no GPU needed), holds
+nothing NVRTC lacks (host standard headers do not exist when CuPy compiles at run time), and takes the
+constants it shares with its launches from runtime.KERNEL_CONSTANTS, as -D defines, refusing to compile
+without them."""
 
 from __future__ import annotations
 
@@ -10,9 +12,38 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.kernels.runtime import NATIVE_DIR, NVCC_ARCHS, native_sources, nvcc_command
+from app.engine.kernels.runtime import (
+    KERNEL_CONSTANTS,
+    NATIVE_DIR,
+    NVCC_ARCHS,
+    kernel_defines,
+    native_sources,
+    nvcc_command,
+)
 
 SOURCES = native_sources()
+HEADERS = sorted(NATIVE_DIR.glob("*.cuh"))
+NVCC = shutil.which("nvcc")
+
+
+def _text(path: Path) -> str:
+    return path.read_text()
+
+
+def _included(path: Path) -> set[Path]:
+    """The path and every header of native/ it includes, directly or not."""
+    seen = {path}
+    for name in re.findall(r'^\s*#\s*include\s*"([^"]+)"', _text(path), flags=re.M):
+        seen |= _included(NATIVE_DIR / name)
+    return seen
+
+
+def _guarded_in(name: str) -> Path:
+    """The source or header that refuses to compile without `name`."""
+    pattern = rf"#ifndef {name}\n#error \"{name} is not defined"
+    found = [p for p in (*SOURCES, *HEADERS) if re.search(pattern, _text(p))]
+    assert len(found) == 1, f"{name}: guarded in {[p.name for p in found]}, expected exactly one file"
+    return found[0]
 
 
 def test_the_kernel_sources_are_there() -> None:
@@ -21,7 +52,7 @@ def test_the_kernel_sources_are_there() -> None:
     assert (NATIVE_DIR / "compat.cuh").is_file()
 
 
-@pytest.mark.parametrize("source", [*SOURCES, *sorted(NATIVE_DIR.glob("*.cuh"))], ids=lambda p: p.name)
+@pytest.mark.parametrize("source", [*SOURCES, *HEADERS], ids=lambda p: p.name)
 def test_sources_include_only_our_own_headers(source: Path) -> None:
     includes = re.findall(r'^\s*#\s*include\s*([<"][^>"]+[>"])', source.read_text(), flags=re.M)
     system = [inc for inc in includes if inc.startswith("<")]
@@ -30,7 +61,42 @@ def test_sources_include_only_our_own_headers(source: Path) -> None:
         assert (NATIVE_DIR / inc.strip('"')).is_file(), f"{source.name}: {inc} is not in native/"
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("name", KERNEL_CONSTANTS)
+def test_each_shared_constant_has_one_guard_and_no_second_definition(name: str) -> None:
+    guard = _guarded_in(name)
+    users = [p for p in (*SOURCES, *HEADERS) if re.search(rf"\b{name}\b", _text(p))]
+    assert users, f"{name} is in the table but no kernel source uses it"
+    for user in users:
+        assert guard in _included(user), f"{user.name} uses {name} without including its guard ({guard.name})"
+        assert not re.search(rf"^\s*#\s*define\s+{name}\b", _text(user), flags=re.M), (
+            f"{user.name} defines {name}: its one value is runtime.KERNEL_CONSTANTS"
+        )
+
+
+def test_every_fs_name_the_sources_use_is_defined_there_or_in_the_table() -> None:
+    defined = set(KERNEL_CONSTANTS)
+    used: set[str] = set()
+    for path in (*SOURCES, *HEADERS):
+        code = re.sub(r"//[^\n]*|\"[^\"\n]*\"", "", _text(path))  # comments and strings name things too
+        defined |= set(re.findall(r"^\s*#\s*define\s+(FS_[A-Z0-9_]+)", code, flags=re.M))
+        used |= set(re.findall(r"\b(FS_[A-Z0-9_]+)\b", code))
+    assert used - defined == set()
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("name", KERNEL_CONSTANTS)
+def test_a_missing_define_stops_the_compile(name: str, tmp_path: Path) -> None:
+    guard = _guarded_in(name)
+    source = guard if guard.suffix == ".cu" else next(s for s in SOURCES if guard in _included(s))
+    defines = [d for d in kernel_defines() if not d.startswith(f"-D{name}=")]
+    cmd = nvcc_command(source, NVCC_ARCHS[0], tmp_path / "out.i", defines)
+    cmd[cmd.index("-c")] = "-E"  # the guards are preprocessor errors: preprocessing is enough
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"{name} is not defined" in done.stderr
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("arch", NVCC_ARCHS)
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_every_source_compiles_with_nvcc(source: Path, arch: str, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from app.cli import bench
 from app.engine.backends.llama import LlamaBackend
 from app.engine.kernels import reference as ref
 from app.engine.kernels.reference import ReferenceModel
+from app.engine.kernels.weights import BF16, F16, F32, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, dequantize
 
 STEPS = int(os.environ.get("FORESIGHT_REFERENCE_STEPS", "16"))
 
@@ -203,7 +204,7 @@ def _dense_copy(src: Path, arch: str, out: Path, n_layer: int = 6, n_vocab: int 
         raw, ggml_type, shape = model.raw(t.name)
         if t.name == "token_embd.weight":
             raw, shape = raw[:n_vocab], (n_vocab, shape[1])
-        weight = ref.dequantize(raw, ggml_type, shape)
+        weight = dequantize(raw, ggml_type, shape)
         if arch == "llama" and t.name.endswith("attn_norm.weight"):
             # without gemma's q/k norms q.k reaches 16000: softmax turns into a hard argmax that flips on
             # llama.cpp's f16 rounding of K. Scaling q, k (and v) by 1/32 keeps scores below ~20.
@@ -244,44 +245,44 @@ def small_gemma(dense_copies: Callable[[str], Path]) -> ReferenceModel:
 @pytest.mark.parametrize(
     ("name", "ggml_type"),
     [
-        ("blk.0.attn_output.weight", ref.Q4_K),
-        ("blk.0.attn_q.weight", ref.Q5_0),
-        ("blk.0.ffn_down.weight", ref.Q6_K),
-        ("blk.0.attn_v.weight", ref.Q8_0),
-        ("blk.0.attn_q_norm.weight", ref.F32),
+        ("blk.0.attn_output.weight", Q4_K),
+        ("blk.0.attn_q.weight", Q5_0),
+        ("blk.0.ffn_down.weight", Q6_K),
+        ("blk.0.attn_v.weight", Q8_0),
+        ("blk.0.attn_q_norm.weight", F32),
     ],
 )
 def test_dequantize_matches_gguf_on_the_gemma_file(gemma: ReferenceModel, name: str, ggml_type: int) -> None:
     raw, found, shape = gemma.raw(name)
     assert found == ggml_type
-    ours = ref.dequantize(raw, ggml_type, shape)
+    ours = dequantize(raw, ggml_type, shape)
     theirs = gguf.quants.dequantize(np.asarray(raw), gguf.GGMLQuantizationType(ggml_type))
     assert ours.shape == shape
     assert ours.dtype == np.float32
     np.testing.assert_array_equal(ours, np.asarray(theirs, np.float32).reshape(shape))
 
 
-@pytest.mark.parametrize("ggml_type", [ref.F16, ref.BF16, ref.Q5_K, ref.Q4_K, ref.Q6_K, ref.Q5_0, ref.Q4_0])
+@pytest.mark.parametrize("ggml_type", [F16, BF16, Q5_K, Q4_K, Q6_K, Q5_0, Q4_0])
 def test_dequantize_matches_gguf_on_random_blocks(gemma: ReferenceModel, ggml_type: int) -> None:
     """Random quants with finite half-precision scales (F16: a real F32 tensor rounded); Q4_0 has no decoder
     of ours and goes through the gguf package's."""
     qtype = gguf.GGMLQuantizationType(ggml_type)
     per_block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     rng = np.random.default_rng(ggml_type)
-    if ggml_type == ref.F16:
+    if ggml_type == F16:
         raw = gemma.weight("blk.0.attn_norm.weight").astype(np.float16).view(np.uint8).reshape(2, -1)
     else:
         raw = rng.integers(0, 256, (8, 4 * block_bytes), dtype=np.uint8)
         blocks = raw.reshape(-1, block_bytes)
-        scale_at = {ref.Q4_K: (0, 2), ref.Q5_K: (0, 2), ref.Q6_K: (208,), ref.Q5_0: (0,), ref.Q4_0: (0,)}
+        scale_at = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q5_0: (0,), Q4_0: (0,)}
         for offset in scale_at.get(ggml_type, ()):
             half = rng.uniform(-0.01, 0.01, len(blocks)).astype(np.float16)
             blocks[:, offset : offset + 2] = half.view(np.uint8).reshape(-1, 2)
-        if ggml_type == ref.BF16:  # keep exponents finite
+        if ggml_type == BF16:  # keep exponents finite
             raw.view(np.uint16)[...] &= 0xBFFF
     shape = (raw.shape[0], raw.shape[1] // block_bytes * per_block)
     theirs = np.asarray(gguf.quants.dequantize(raw, qtype), np.float32)
-    np.testing.assert_array_equal(ref.dequantize(raw, ggml_type, shape), theirs)
+    np.testing.assert_array_equal(dequantize(raw, ggml_type, shape), theirs)
 
 
 def test_matmul_is_x_times_w_transposed_in_any_row_chunks(
@@ -289,7 +290,7 @@ def test_matmul_is_x_times_w_transposed_in_any_row_chunks(
 ) -> None:
     raw, ggml_type, shape = gemma.raw("blk.0.ffn_up.weight")
     x = np.random.default_rng(3).standard_normal((3, shape[1])).astype(np.float32)
-    expected = x @ ref.dequantize(raw, ggml_type, shape).T
+    expected = x @ dequantize(raw, ggml_type, shape).T
     np.testing.assert_allclose(ref.matmul(x, raw, ggml_type, shape), expected, rtol=1e-5, atol=1e-5)
     monkeypatch.setattr(ref, "_ROW_CHUNK", 300)  # 2048 rows in 7 chunks, the last one short
     np.testing.assert_allclose(ref.matmul(x, raw, ggml_type, shape), expected, rtol=1e-5, atol=1e-5)
@@ -297,11 +298,11 @@ def test_matmul_is_x_times_w_transposed_in_any_row_chunks(
 
 def test_unsupported_types_and_architectures_are_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unsupported tensor type: ggml type 99"):
-        ref.dequantize(np.zeros(34, np.uint8), 99, (32,))
+        dequantize(np.zeros(34, np.uint8), 99, (32,))
     with pytest.raises(ValueError, match="unsupported tensor type: Q8_K"):
-        ref.dequantize(np.zeros(292, np.uint8), 15, (256,))
+        dequantize(np.zeros(292, np.uint8), 15, (256,))
     with pytest.raises(ValueError, match="do not hold"):
-        ref.dequantize(np.zeros(33, np.uint8), ref.Q8_0, (32,))
+        dequantize(np.zeros(33, np.uint8), Q8_0, (32,))
     path = tmp_path / "mamba.gguf"
     writer = gguf.GGUFWriter(path, "mamba")
     writer.add_block_count(1)
