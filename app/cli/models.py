@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app import keystore
 from app.config import load_settings
 
 if TYPE_CHECKING:
@@ -244,6 +243,7 @@ def _specs(what: list[str]) -> list:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
+    from app import keystore
     from app.catalog import download
 
     specs = _specs(args.what)
@@ -275,6 +275,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from app import keystore
 
     header, label, stats = open_header(args.model, keystore.TokenStore().resolve())
     info = {"model": label, **describe(header), "remote": stats}
@@ -291,6 +292,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
+    from app import keystore
     from app.catalog import pairing
 
     token = keystore.TokenStore().resolve()
@@ -311,6 +313,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
+    from app import keystore
     from app.catalog import gguf, pairing, remote
 
     token = keystore.TokenStore().resolve()
@@ -415,6 +418,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
+    from app import keystore
 
     store = keystore.TokenStore()
     if args.action == "set":
@@ -445,6 +449,7 @@ COMMANDS = {
 
 
 def run(args: argparse.Namespace) -> int:
+    from app import keystore
     from app.catalog import curated, download, gguf, remote
 
     try:
