@@ -17,7 +17,6 @@ from app.catalog.packaged import resolve_model
 from app.config import DraftSettings, EngineSettings, Settings
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest
-from app.engine.sampling import SamplingParams
 
 PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts.json"
 
@@ -41,7 +40,7 @@ def main() -> None:
         tokens = engine.render_chat(prompt["messages"]).tokens
         for _ in range(a.rounds):
             for spec in (False, True, True, False):
-                request = GenerationRequest(list(tokens), SamplingParams(), a.tokens, speculative=spec)
+                request = GenerationRequest(prompt=list(tokens), max_tokens=a.tokens, speculative=spec)
                 stats = [chunk.stats for chunk in engine.generate(request) if chunk.stats is not None][-1]
                 times[spec].append(stats.decode_s)
                 label = "spec" if spec else "plain"

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.backends.base import Backend
+from app.engine.calibration import VerifyCosts
 from app.engine.drafters import NgramDrafter
+from app.engine.drafting import Speculation
 from app.engine.generation import GenerationRequest, generate
-from app.engine.policy import DraftPolicy, VerifyCosts
-from app.engine.sampling import SamplingParams
+from app.engine.policy import DraftPolicy
 
 # H200, Qwen2.5-Coder-1.5B Q4_K_M, llama.cpp CUDA, argmax on the device (ms), from bench --shapes:
 # steady (replayed graph), first pass after a change (uncaptured), second pass (capture).
@@ -125,12 +126,12 @@ def run_engine(
 ) -> tuple[float, list[int], Any]:
     clock = VirtualClock(cpu)
     backend = ReplayBackend(case["prompt"], case["answer"], case["eog"], clock)
-    request = GenerationRequest(list(case["prompt"]), SamplingParams(), n, (), None, policy is not None)
-    drafter = NgramDrafter() if policy is not None else None
+    request = GenerationRequest(prompt=list(case["prompt"]), max_tokens=n, speculative=policy is not None)
+    speculation = Speculation(NgramDrafter(), policy) if policy is not None else None
     out: list[int] = []
     stats = None
     target: Backend = backend  # type: ignore[assignment]
-    for chunk in generate(target, request, drafter, policy, None, None, clock):
+    for chunk in generate(target, request, speculation, None, None, clock):
         out += chunk.tokens
         stats = chunk.stats or stats
     return clock.now - (stats.prefill_s if stats else 0.0), out, stats

@@ -14,7 +14,6 @@ import numpy as np
 
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest
-from app.engine.sampling import SamplingParams
 from app.engine.stats import SpecStats
 
 NEAR_TIE = 0.5  # logits: a greedy run may part from another only where the top-2 margin is below this
@@ -98,7 +97,9 @@ def run_once(
     engine: Engine, tokens: list[int], draft_prompt: bytes | None, n: int, speculative: bool
 ) -> RunResult:
     engine.target.rollback(0)  # both sides prefill from scratch
-    request = GenerationRequest(tokens, SamplingParams(), n, (), draft_prompt, speculative)
+    request = GenerationRequest(
+        prompt=tokens, max_tokens=n, draft_prompt=draft_prompt, speculative=speculative
+    )
     out_tokens: list[int] = []
     text = []
     stats = SpecStats()

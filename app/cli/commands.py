@@ -158,7 +158,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         else:
             prompt = engine.render_chat([{"role": "user", "content": args.prompt}])
         request = GenerationRequest(
-            prompt.tokens, _sampling(settings), settings.sampling.max_tokens, (), prompt.draft_prompt, True
+            prompt=prompt.tokens,
+            params=_sampling(settings),
+            max_tokens=settings.sampling.max_tokens,
+            draft_prompt=prompt.draft_prompt,
         )
         text, stats, finish = [], None, None
         for chunk in engine.generate(request):
@@ -197,7 +200,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": line})
             prompt = engine.render_chat(messages)
             request = GenerationRequest(
-                prompt.tokens, _sampling(settings), settings.sampling.max_tokens, (), prompt.draft_prompt
+                prompt=prompt.tokens,
+                params=_sampling(settings),
+                max_tokens=settings.sampling.max_tokens,
+                draft_prompt=prompt.draft_prompt,
             )
             reply, stats = [], None
             try:

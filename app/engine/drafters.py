@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import codecs
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -217,25 +216,6 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
-
-
-def measure_token_cost(model: Backend, repeats: int = 3) -> tuple[float, float]:
-    """Seconds per token of `model` drafting (one-token decodes) and reading context (a 64-token batch)."""
-    model.rollback(0)
-    base = [model.vocab.bos if model.vocab.bos >= 0 else 1] * 64
-    model.decode_argmax(base, len(base) - 1)  # untimed: a first pass of a shape may build or capture it
-    model.rollback(0)
-    t0 = time.perf_counter()
-    model.decode_argmax(base, len(base) - 1)
-    prefill = (time.perf_counter() - t0) / len(base)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        model.decode_argmax([base[0]], 0)
-        best = min(best, time.perf_counter() - t0)
-        model.rollback(len(base))
-    model.rollback(0)
-    return best, prefill
 
 
 class _GreedyModel:

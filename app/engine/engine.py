@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -11,9 +12,11 @@ from typing import Any
 
 from app import paths
 from app.config import Settings
+from app.engine.backends.base import Backend
 from app.engine.backends.llama import LlamaBackend
 from app.engine.backends.native import MAX_WIDTH as NATIVE_MAX_WIDTH
 from app.engine.backends.native import NativeBackend, native_support
+from app.engine.calibration import VerifyCosts, cost_key, measure_token_cost, measure_verify_costs
 from app.engine.chat import ChatFormat
 from app.engine.drafters import (
     CrossVocabDrafter,
@@ -23,11 +26,11 @@ from app.engine.drafters import (
     VocabVerdict,
     check_drafter_usable,
     check_vocab,
-    measure_token_cost,
 )
+from app.engine.drafting import Speculation
 from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
 from app.engine.generation import Chunk, GenerationRequest, StepHook, generate
-from app.engine.policy import DraftPolicy, VerifyCosts, measure_verify_costs
+from app.engine.policy import DraftPolicy
 from app.engine.vision import (
     IMAGE_POSITION,
     ImageError,
@@ -87,6 +90,8 @@ def _native_or_why_not(
     return None, "llama.cpp, as the settings ask" if choice == "llama" else f"llama.cpp: {refusal}"
 
 
+UNPLACED_N_CTX = 4096  # the context of an Engine built without a placement (tests, scripts)
+
 class Engine:
     """The one owner of the loaded models; call it from one thread at a time."""
 
@@ -102,12 +107,16 @@ class Engine:
 
         The vision projector is settings.engine.mmproj (None: the target reads no images)."""
         self.settings = settings or Settings()
+        if self.settings.engine.n_ctx == 0:  # not sized by an engine process's placement
+            engine = self.settings.engine.model_copy(update={"n_ctx": UNPLACED_N_CTX})
+            self.settings = self.settings.model_copy(update={"engine": engine})
+        self.placement: dict[str, Any] | None = None  # where the engine process placed the pair, and why
         es, ds = self.settings.engine, self.settings.draft
         report = progress or (lambda stage: None)
         report("loading target")
         self.backend_reason = ""
         self.target = self._load_target(Path(target))
-        self.draft_model: LlamaBackend | NativeBackend | None = None
+        self.draft_model: Backend | None = None
         self.draft_backend_reason = ""
         self.draft_chat: ChatFormat | None = None
         self.vocab_verdict: VocabVerdict | None = None
@@ -136,7 +145,7 @@ class Engine:
                     self.target,
                     ds.max_draft + 1,
                     paths.cache_dir() / "verify-costs.json",
-                    self._cost_key(),
+                    cost_key(self.target, es.flash_attn),
                     shape_sensitive=self.target.facts.device == "gpu",
                 )
                 self.policy = DraftPolicy(
@@ -146,7 +155,7 @@ class Engine:
             self.close()
             raise
 
-    def _load_target(self, path: Path) -> Any:
+    def _load_target(self, path: Path) -> Backend:
         """The target on the backend the settings ask for; `auto` takes the native one where it can run."""
         es = self.settings.engine
         native, self.backend_reason = _native_or_why_not(
@@ -179,18 +188,7 @@ class Engine:
             limit = None
         return _native_refusal(path, es.backend, "device", es.device, limit)
 
-    def _cost_key(self) -> str:
-        t = self.target
-        st = t.path.stat()
-        argmax = "dev" if t.supports_device_argmax else "host"
-        # where the layers sit changes the verify costs: partial offload, a pinned GPU, a split
-        place = f"{t.facts.device}{t.main_gpu}:{t.facts.gpu_layers}l:{t.tensor_split or ''}"
-        if isinstance(t, NativeBackend):
-            place = f"native:{place}"
-        fa = self.settings.engine.flash_attn
-        return f"{t.path.name}:{st.st_size}:{place}:{t.n_threads}t:{t.n_batch}b:{argmax}:fa-{fa}"
-
-    def _load_draft_model(self, path: Path) -> LlamaBackend | NativeBackend:
+    def _load_draft_model(self, path: Path) -> Backend:
         """The drafter on the backend the settings ask for; `auto` takes the native one where it can run."""
         es = self.settings.engine
         refusal = _native_refusal(path, es.draft_backend, "draft device", es.draft_device)
@@ -313,6 +311,13 @@ class Engine:
         return Prompt(media.tokens, text, None, media)
 
     # --- generation -----------------------------------------------------------------------------------
+    @property
+    def speculation(self) -> Speculation | None:
+        """What generations draft with (None: plain decoding only)."""
+        if self.drafter is None or self.policy is None:
+            return None
+        return Speculation(self.drafter, self.policy)
+
     def generate(
         self,
         request: GenerationRequest,
@@ -321,17 +326,8 @@ class Engine:
     ) -> Iterator[Chunk]:
         if request.stop and not all(isinstance(s, str) for s in request.stop):
             raise InvalidRequest("stop must be a list of strings")
-        stop = [*request.stop, *self.chat.stop]
-        req = GenerationRequest(
-            request.prompt,
-            request.params,
-            request.max_tokens,
-            stop,
-            request.draft_prompt,
-            request.speculative,
-            request.media,
-        )
-        return generate(self.target, req, self.drafter, self.policy, cancel, on_step)
+        req = dataclasses.replace(request, stop=[*request.stop, *self.chat.stop])
+        return generate(self.target, req, self.speculation, cancel, on_step)
 
     def props(self) -> dict[str, Any]:
         t = self.target
@@ -352,7 +348,7 @@ class Engine:
                 "main_gpu": t.main_gpu,
                 "tensor_split": t.tensor_split,
                 "threads": t.n_threads,
-                "backend": "native" if isinstance(t, NativeBackend) else "llama",
+                "backend": t.backend_name,
                 "backend_reason": self.backend_reason,
             },
             "chat_template": self.chat.source,
@@ -363,6 +359,7 @@ class Engine:
             },
             "draft": {"source": self.drafter.source if self.drafter else "none"},
             "vision": self.vision is not None,
+            "placement": self.placement,
         }
         if self.vision is not None:
             # A drafter model cannot see images: image prompts draft by n-gram lookup or not at all.
@@ -373,7 +370,7 @@ class Engine:
                 path=self.draft_model.facts.path,
                 name=self.draft_model.facts.name,
                 device=self.draft_model.facts.device,
-                backend="native" if isinstance(self.draft_model, NativeBackend) else "llama",
+                backend=self.draft_model.backend_name,
                 backend_reason=self.draft_backend_reason,
                 gpu_layers=self.draft_model.facts.gpu_layers,
                 main_gpu=self.draft_model.main_gpu,

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.engine.backends.base import Backend
-from app.engine.drafters import Drafter, common_prefix
+from app.engine.drafters import common_prefix
+from app.engine.drafting import PLAIN, Drafting, Speculation
 from app.engine.errors import ContextLengthExceeded, InvalidRequest
-from app.engine.policy import DraftPolicy
 from app.engine.sampling import Sampler, SamplingParams
 from app.engine.speculative import sampled_rows, verify
 from app.engine.stats import SpecStats
@@ -34,8 +34,10 @@ class Chunk:
     stats: SpecStats | None = None  # on the last chunk only
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class GenerationRequest:
+    """One generation; built by keyword, and derived with dataclasses.replace."""
+
     prompt: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int = 256
@@ -85,42 +87,50 @@ class _TextOutput:
         return 0
 
 
-class _Shadow:
-    """Free drafters (lookups) are scored while the policy decodes plainly: no verify pass is spent.
+class _Answer:
+    """The tokens and text committed so far, and the limits that end a generation."""
 
-    Each plain token is compared with the shadow draft's next position as it arrives, so the policy
-    learns at once when drafts start to match again (a copied block of code, say).
-    """
+    def __init__(self, target: Backend, prompt: list[int], request: GenerationRequest) -> None:
+        self.target = target
+        self.committed = prompt  # ends with the pending token once generation starts; KV holds committed[:-1]
+        self.max_tokens = request.max_tokens
+        self.out = _TextOutput(request.stop)
+        self.generated = 0
 
-    def __init__(self) -> None:
-        self.draft: list[int] = []
-        self.pos = 0
-        self.state = 0
+    @property
+    def remaining(self) -> int:
+        return self.max_tokens - self.generated
 
-    def start(self, draft: list[int], state: int) -> None:
-        self.draft, self.pos, self.state = draft, 0, state
+    @property
+    def room(self) -> int:
+        """Draft tokens that could still be kept: within max_tokens and the context."""
+        return min(self.remaining - 1, self.context_room)
 
-    def check(self, token: int, policy: DraftPolicy) -> None:
-        if not self.draft:
-            return
-        hit = token == self.draft[self.pos]
-        self.pos += 1
-        last = self.pos == len(self.draft)
-        policy.observe_position(self.pos - 1, hit, self.state, last)
-        if not hit or last:
-            self.draft = []
+    @property
+    def context_room(self) -> int:
+        """Tokens the context still takes after the pending one."""
+        return self.target.n_ctx - len(self.committed) - 1
+
+    def commit(self, tokens: list[int], flags: list[bool]) -> tuple[list[int], list[bool], str | None]:
+        """What a step produced, up to end-of-generation, a stop string or a limit; and the finish reason."""
+        kept_tokens: list[int] = []
+        kept_flags: list[bool] = []
+        for token, flag in zip(tokens, flags, strict=True):
+            if self.target.is_eog(token):
+                return kept_tokens, kept_flags, "stop"
+            self.committed.append(token)
+            kept_tokens.append(token)
+            kept_flags.append(flag)
+            self.generated += 1
+            self.out.add(self.target.token_bytes(token))
+            if self.out.stopped:
+                return kept_tokens, kept_flags, "stop"
+            if self.generated >= self.max_tokens or len(self.committed) >= self.target.n_ctx:
+                return kept_tokens, kept_flags, "length"
+        return kept_tokens, kept_flags, None
 
 
-def generate(
-    target: Backend,
-    request: GenerationRequest,
-    drafter: Drafter | None = None,
-    policy: DraftPolicy | None = None,
-    cancel: threading.Event | None = None,
-    on_step: StepHook | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> Iterator[Chunk]:
-    """Generate from request.prompt; the target's KV keeps the committed tokens for reuse by the next call."""
+def _checked_prompt(target: Backend, request: GenerationRequest) -> list[int]:
     prompt = list(request.prompt)
     if not prompt:
         raise InvalidRequest("the prompt is empty")
@@ -131,22 +141,24 @@ def generate(
             f"the prompt has {len(prompt)} tokens but the context holds {target.n_ctx} "
             "(with room for one reply token)"
         )
-    media = request.media
-    use_draft = bool(request.speculative and drafter is not None and policy is not None)
-    image_mode = ""
-    if media is not None:
-        # A drafter model never saw the image; a lookup in the prompt and the reply still works.
-        use_draft = use_draft and drafter is not None and drafter.source == "ngram"
-        image_mode = "ngram" if use_draft else "plain"
-    stats = SpecStats(
-        draft_source=drafter.source if use_draft and drafter else "none", prompt_tokens=len(prompt)
-    )
-    if media is not None:
-        stats.images, stats.image_tokens, stats.image_mode = media.images, media.image_tokens, image_mode
-    sampler = Sampler(request.params, target.n_vocab)
-    out = _TextOutput(request.stop)
+    return prompt
 
-    t0 = clock()
+
+def _drafting(
+    speculation: Speculation | None, request: GenerationRequest, clock: Callable[[], float]
+) -> Drafting | None:
+    """How this request drafts; None: it decodes plainly."""
+    if speculation is None or not request.speculative:
+        return None
+    if request.media is not None and speculation.drafter.source != "ngram":
+        return None  # a drafter model never saw the image; a lookup in the prompt and the reply still works
+    return Drafting(speculation, clock, images=request.media is not None)
+
+
+def _prefill(
+    target: Backend, sampler: Sampler, prompt: list[int], media: MediaPrompt | None, stats: SpecStats
+) -> int:
+    """Evaluate the prompt where the target's KV does not hold it yet; returns the first reply token."""
     reuse = min(common_prefix(target.kv_tokens, prompt), len(prompt) - 1)
     if media is not None:
         reuse = min(reuse, media.first_image)  # an image is evaluated anew, and so is all after it
@@ -155,133 +167,69 @@ def generate(
     if media is not None:
         media.prefill(target, reuse)  # up to the last prompt token, which the decode below takes
         reuse = len(prompt) - 1
-    if request.params.plain_greedy:
-        first = target.decode_argmax(prompt[reuse:], len(prompt) - reuse - 1)[0]
-    else:
-        rows = sampled_rows(target, sampler, prompt[reuse:], len(prompt) - reuse - 1)
-        first = sampler.pick(rows[0], prompt)
-    if use_draft:
-        assert drafter is not None
-        assert policy is not None
-        drafter.begin(prompt, request.draft_prompt)
-        policy.begin_request()
+    if sampler.params.plain_greedy:
+        return target.decode_argmax(prompt[reuse:], len(prompt) - reuse - 1)[0]
+    rows = sampled_rows(target, sampler, prompt[reuse:], len(prompt) - reuse - 1)
+    return sampler.pick(rows[0], prompt)
+
+
+def generate(
+    target: Backend,
+    request: GenerationRequest,
+    speculation: Speculation | None = None,
+    cancel: threading.Event | None = None,
+    on_step: StepHook | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Iterator[Chunk]:
+    """Generate from request.prompt; the target's KV keeps the committed tokens for reuse by the next call."""
+    prompt = _checked_prompt(target, request)
+    media = request.media
+    drafting = _drafting(speculation, request, clock)
+    stats = SpecStats(draft_source=drafting.source if drafting else "none", prompt_tokens=len(prompt))
+    if media is not None:
+        stats.images, stats.image_tokens = media.images, media.image_tokens
+        stats.image_mode = "ngram" if drafting else "plain"
+    sampler = Sampler(request.params, target.n_vocab)
+
+    t0 = clock()
+    first = _prefill(target, sampler, prompt, media, stats)
+    if drafting is not None:
+        drafting.begin(prompt, request.draft_prompt)
     stats.prefill_s = clock() - t0
 
-    committed = prompt  # ends with the pending token once generation starts; KV holds committed[:-1]
-    n_generated = 0
-    shadow = _Shadow()
-    free_drafter = use_draft and drafter is not None and drafter.cost_per_token_s == 0.0
+    answer = _Answer(target, prompt, request)
     decode_t0 = clock()
     step_tokens, step_flags = [first], [False]
-    finish: str | None = None
-
     while True:
-        # Commit what the last step produced, stopping at end-of-generation, stop strings or limits.
-        kept_tokens, kept_flags = [], []
-        for token, flag in zip(step_tokens, step_flags, strict=True):
-            if target.is_eog(token):
-                finish = "stop"
-                break
-            committed.append(token)
-            kept_tokens.append(token)
-            kept_flags.append(flag)
-            n_generated += 1
-            out.add(target.token_bytes(token))
-            if out.stopped:
-                finish = "stop"
-                break
-            if n_generated >= request.max_tokens:
-                finish = "length"
-                break
-            if len(committed) >= target.n_ctx:
-                finish = "length"
-                break
-        stats.emitted = n_generated
+        kept_tokens, kept_flags, finish = answer.commit(step_tokens, step_flags)
+        stats.emitted = answer.generated
         if finish is None and cancel is not None and cancel.is_set():
             finish = "cancelled"
         if finish is not None:
             # The pending token never entered the KV; drop drafts past the last committed token.
-            target.rollback(min(len(target.kv_tokens), len(committed) - 1))
-            if use_draft and drafter is not None:
-                drafter.sync(committed)
+            target.rollback(min(len(target.kv_tokens), len(answer.committed) - 1))
+            if drafting is not None:
+                drafting.end(answer.committed)
             stats.decode_s = clock() - decode_t0
-            yield Chunk(out.flush(final=True), kept_tokens, kept_flags, finish, stats)
+            yield Chunk(answer.out.flush(final=True), kept_tokens, kept_flags, finish, stats)
             return
-        text = out.flush(final=False)
+        text = answer.out.flush(final=False)
         if kept_tokens or text:
             yield Chunk(text, kept_tokens, kept_flags)
 
-        # One step: choose a draft length, draft, verify in one target pass, accept.
+        # One step: draft (or not), verify in one target pass, accept.
         step_t0 = clock()
-        room = min(request.max_tokens - n_generated - 1, target.n_ctx - len(committed) - 1)
-        k, draft, draft_s, proposal = 0, [], 0.0, []
-        if use_draft:
-            assert drafter is not None
-            assert policy is not None
-            if free_drafter:
-                # A lookup costs nothing: look first, and choose knowing whether (and how far) it
-                # found something. No match is a plain step, not a miss: only real drafts are judged.
-                proposal = drafter.propose(committed, min(policy.max_draft, max(room, 0)))
-                if media is not None and min(proposal, default=0) < 0:
-                    proposal = proposal[: next(i for i, t in enumerate(proposal) if t < 0)]
-                if drafter.match_len is not None:
-                    policy.set_match(drafter.match_len)
-                k = 0
-                if proposal:
-                    chosen = policy.choose(
-                        remaining=request.max_tokens - n_generated, probe=False, available=len(proposal)
-                    )
-                    # Filler may run past max_tokens (those tokens are never kept) but never past
-                    # the context.
-                    k = min(chosen, max(target.n_ctx - len(committed) - 1, 0))
-                draft = proposal[:k]
-                if k == 0 and proposal and not shadow.draft:
-                    shadow.start(proposal, policy.state)
-            else:
-                k = min(
-                    policy.choose(
-                        lambda: drafter.catch_up_tokens(committed) * drafter.prefill_cost_per_token_s,
-                        request.max_tokens - n_generated,
-                    ),
-                    max(room, 0),
-                )
-                if k > 0:
-                    d0 = clock()
-                    draft = drafter.propose(committed, k)[:k]
-                    draft_s = clock() - d0
-                    policy.observe_draft_cost(len(draft), draft_s)
-            if k == 0 and policy.last_reason:
-                stats.fallback_steps += 1
-                stats.fallback_reason = policy.last_reason
-        n_real = len(draft)
-        if use_draft and k > n_real and policy is not None and policy.pad_pays(n_real, k):
-            # Keep the pass at the chosen width; filler is verified like any draft, and rarely kept.
-            draft = draft + [draft[-1] if draft else committed[-1]] * (k - n_real)
-        result = verify(target, sampler, committed, draft, clock)
+        committed = answer.committed
+        draft = PLAIN
+        if drafting is not None:
+            draft = drafting.draft(committed, answer.remaining, answer.room, answer.context_room)
+        result = verify(target, sampler, committed, draft.tokens, clock)
+        if drafting is None:
+            host_s = clock() - step_t0 - result.verify_s
+        else:
+            host_s = drafting.observe(committed, draft, result, step_t0)
+        stats.record_pass(draft, result, host_s)
         step_tokens = result.tokens
         step_flags = [i < result.accepted for i in range(len(result.tokens))]
-        if use_draft:
-            assert drafter is not None
-            assert policy is not None
-            if draft:
-                if not free_drafter:  # only a drafter model caches what a step may reject
-                    drafter.sync(committed + step_tokens)
-            else:
-                shadow.check(step_tokens[0], policy)
-            if free_drafter:
-                policy.observe_foreseen(
-                    [i < len(proposal) and proposal[i] == t for i, t in enumerate(step_tokens)]
-                )
-            host_s = clock() - step_t0 - draft_s - result.verify_s
-            # A draft that came out empty is a miss for the policy; a short one is judged on its tokens.
-            policy.observe(
-                n_real or k, min(result.accepted, n_real), result.verify_s, host_s, width=len(draft) + 1
-            )
-            stats.draft_s += draft_s
-            stats.host_s += host_s
-        else:
-            stats.host_s += clock() - step_t0 - result.verify_s
-        stats.verify_s += result.verify_s
-        stats.record_step(k, len(draft), result.accepted, len(draft) - n_real, result.verify_s)
         if on_step is not None:
             on_step(committed + step_tokens)

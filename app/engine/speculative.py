@@ -50,7 +50,7 @@ def sampled_rows(
     """Rows logits_from.. of a pass for a sampled request: the device's top-k of each row where the
     backend has one and the sampler chain starts with a top-k it covers, else the rows of logits."""
     k = sampler.device_k
-    if k and k <= getattr(target, "device_topk_max", 0):
+    if k and k <= target.device_topk_max:
         values, ids = target.decode_topk(tokens, logits_from, k)
         return [Candidates(v, i) for v, i in zip(values, ids, strict=True)]
     return target.decode(tokens, logits_from)

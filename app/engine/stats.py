@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.engine.drafting import Draft
+    from app.engine.speculative import StepResult
 
 
 @dataclass
@@ -33,6 +37,16 @@ class SpecStats:
     verify_s: float = 0.0
     host_s: float = 0.0
     decode_s: float = 0.0  # wall time from the first generated token to the last
+
+    def record_pass(self, draft: Draft, result: StepResult, host_s: float) -> None:
+        """One target pass of the generation: the draft it verified, what it kept, where the time went."""
+        if draft.fallback_reason:
+            self.fallback_steps += 1
+            self.fallback_reason = draft.fallback_reason
+        self.draft_s += draft.seconds
+        self.host_s += host_s
+        self.verify_s += result.verify_s
+        self.record_step(draft.chosen, len(draft.tokens), result.accepted, draft.padded, result.verify_s)
 
     def record_step(
         self, max_len: int, drafted: int, accepted: int, padded: int = 0, verify_s: float = 0.0

@@ -304,13 +304,13 @@ class Worker:
             else:
                 prompt = engine.render_text(job.text or "")
             request = GenerationRequest(
-                prompt.tokens,
-                job.params,
-                job.max_tokens,
-                job.stop,
-                prompt.draft_prompt,
-                job.speculative,
-                prompt.media,
+                prompt=prompt.tokens,
+                params=job.params,
+                max_tokens=job.max_tokens,
+                stop=job.stop,
+                draft_prompt=prompt.draft_prompt,
+                speculative=job.speculative,
+                media=prompt.media,
             )
             for chunk in engine.generate(request, job.cancel):
                 if chunk.stats is not None:

@@ -12,7 +12,6 @@ from app.engine.backends.llama import LlamaBackend
 from app.engine.engine import Engine
 from app.engine.errors import ContextLengthExceeded, DrafterUnusable, InvalidRequest, ModelLoadError
 from app.engine.generation import GenerationRequest
-from app.engine.sampling import SamplingParams
 from tests.support.helpers import settings
 
 
@@ -93,15 +92,15 @@ def test_context_overflow_and_limits(gemma_path: Path) -> None:
     with Engine(gemma_path, None, settings("ngram", n_ctx=256)) as engine:
         too_long = engine.tokenize_text("word " * 400)
         with pytest.raises(ContextLengthExceeded, match="context holds 256"):
-            list(engine.generate(GenerationRequest(too_long, SamplingParams(), 8)))
+            list(engine.generate(GenerationRequest(prompt=too_long, max_tokens=8)))
         with pytest.raises(InvalidRequest, match="empty"):
-            list(engine.generate(GenerationRequest([], SamplingParams(), 8)))
+            list(engine.generate(GenerationRequest(prompt=[], max_tokens=8)))
         with pytest.raises(InvalidRequest, match="max_tokens"):
-            list(engine.generate(GenerationRequest([2, 3], SamplingParams(), 0)))
+            list(engine.generate(GenerationRequest(prompt=[2, 3], max_tokens=0)))
         # A generation that reaches the end of the context stops with "length", and the engine goes on.
         near_full = engine.tokenize_text("one two three " * 80)[:250]
-        chunks = list(engine.generate(GenerationRequest(near_full, SamplingParams(), 100)))
+        chunks = list(engine.generate(GenerationRequest(prompt=near_full, max_tokens=100)))
         assert chunks[-1].finish_reason == "length"
         assert len(near_full) + sum(len(c.tokens) for c in chunks) <= 256
-        ok = list(engine.generate(GenerationRequest(engine.tokenize_text("Hello"), SamplingParams(), 4)))
+        ok = list(engine.generate(GenerationRequest(prompt=engine.tokenize_text("Hello"), max_tokens=4)))
         assert sum(len(c.tokens) for c in ok) == 4

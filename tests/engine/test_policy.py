@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.engine.policy import DraftPolicy, VerifyCosts
+from app.engine.calibration import VerifyCosts
+from app.engine.policy import DraftPolicy
 
 # Measured on a 2-core CPU, Qwen2.5-Coder-1.5B Q4_K_M (ms): verifying m tokens costs about m steps.
 CPU_QWEN = {1: 33.0, 2: 60.0, 4: 100.0, 8: 200.0, 16: 250.0, 17: 260.0}
@@ -87,10 +88,10 @@ def test_a_run_of_full_acceptances_turns_drafts_long_and_a_miss_stops_them() -> 
         p.observe_acceptance(16, 16)
     for _ in range(30):  # prose: the first drafted token misses
         p.observe_acceptance(4, 0)
-    assert p.hot == 0
+    assert not p.hot
     assert p.choose() == 0  # cold: drafting does not pay
     p.observe_acceptance(4, 4)  # a draft lands whole: a copy has started again
-    assert p.hot == 1
+    assert p.hot
     assert p.choose() >= 12
 
 
@@ -127,7 +128,7 @@ def test_drafts_grow_past_the_longest_length_tried_while_all_is_accepted() -> No
     p = _policy(H200_7B)
     for _ in range(10):
         p.observe_acceptance(6, 6)
-    assert p.hot == 1
+    assert p.hot
     assert p.choose() == 16  # untried positions lean on the accepted ones before them
 
 
@@ -173,7 +174,7 @@ def test_a_miss_in_a_hot_run_gets_one_more_draft_at_the_same_width() -> None:
     for _ in range(10):  # then a copy
         p.observe(16, 16, 0.0051, 0.0, width=17)
     p.observe(16, 5, 0.0051, 0.0, width=17)  # an edited copy misses at the change
-    assert p.hot == 0
+    assert not p.hot
     assert p.choose() == 16  # one more draft: the copy likely goes on after the edit
     p.observe(16, 0, 0.0051, 0.0, width=17)  # it did not
     assert p.choose() < 16

@@ -100,7 +100,7 @@ def test_kv_of_the_previous_request_is_reused(qwen_ngram: Engine) -> None:
     first = qwen_ngram.render_chat(messages).tokens
     qwen_ngram.target.rollback(0)
     reply = []
-    for chunk in qwen_ngram.generate(GenerationRequest(first, SamplingParams(), 8)):
+    for chunk in qwen_ngram.generate(GenerationRequest(prompt=first, max_tokens=8)):
         reply += chunk.tokens
     follow = qwen_ngram.render_chat(
         [
@@ -110,7 +110,7 @@ def test_kv_of_the_previous_request_is_reused(qwen_ngram: Engine) -> None:
         ]
     ).tokens
     st = None
-    for chunk in qwen_ngram.generate(GenerationRequest(follow, SamplingParams(), 4)):
+    for chunk in qwen_ngram.generate(GenerationRequest(prompt=follow, max_tokens=4)):
         st = chunk.stats or st
     assert st is not None
     assert follow[: len(first)] == first
@@ -124,7 +124,8 @@ def _first_tokens(
     for seed in seeds:
         params = SamplingParams(temperature=1.0, top_k=4, seed=seed)
         tokens: list[int] = []
-        for chunk in engine.generate(GenerationRequest(prompt, params, n, speculative=speculative)):
+        request = GenerationRequest(prompt=prompt, params=params, max_tokens=n, speculative=speculative)
+        for chunk in engine.generate(request):
             tokens += chunk.tokens
         out.append(tuple(tokens[:n]))
     return out
@@ -171,7 +172,9 @@ def test_a_device_top_k_samples_the_tokens_the_whole_rows_give(gemma_self: Engin
             for target in (real, wrapped):
                 gemma_self.target = target
                 try:
-                    request = GenerationRequest(prompt, params, 24, speculative=speculative)
+                    request = GenerationRequest(
+                        prompt=prompt, params=params, max_tokens=24, speculative=speculative
+                    )
                     runs.append([t for chunk in gemma_self.generate(request) for t in chunk.tokens])
                 finally:
                     gemma_self.target = real
@@ -182,7 +185,8 @@ def test_a_device_top_k_samples_the_tokens_the_whole_rows_give(gemma_self: Engin
 def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:
     """With a GPU-like cost curve (a change of width costs extra) short drafts are padded with filler
     to the chosen width: the output and the KV stay exactly as without speculation."""
-    from app.engine.policy import DraftPolicy, VerifyCosts
+    from app.engine.calibration import VerifyCosts
+    from app.engine.policy import DraftPolicy
 
     steady = {1: 1.98e-3, 2: 2.26e-3, 4: 2.94e-3, 8: 4.0e-3, 17: 5.1e-3}
     switch = {1: 2.5e-3, 2: 3.5e-3, 17: 4.5e-3}
@@ -209,7 +213,8 @@ def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:
 def test_a_padded_lookup_never_runs_past_the_context(gemma_path: Path) -> None:
     """On a GPU-like cost curve a lookup's pass is padded to its one width; near the end of the context
     the pass is cut so it fits, and the answer ends at the context's length, not in an error."""
-    from app.engine.policy import DraftPolicy, VerifyCosts
+    from app.engine.calibration import VerifyCosts
+    from app.engine.policy import DraftPolicy
 
     steady = {1: 1.98e-3, 2: 2.26e-3, 4: 2.94e-3, 8: 4.0e-3, 17: 5.1e-3}
     switch = {1: 2.5e-3, 2: 3.5e-3, 17: 4.5e-3}

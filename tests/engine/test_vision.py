@@ -264,7 +264,11 @@ def run(engine: Engine, messages: list[dict[str, Any]], max_tokens: int = 6) -> 
     try:
         params = SamplingParams(temperature=0)
         request = GenerationRequest(
-            prompt.tokens, params, max_tokens, (), prompt.draft_prompt, True, prompt.media
+            prompt=prompt.tokens,
+            params=params,
+            max_tokens=max_tokens,
+            draft_prompt=prompt.draft_prompt,
+            media=prompt.media,
         )
         chunks = list(engine.generate(request))
     finally:

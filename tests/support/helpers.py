@@ -11,7 +11,6 @@ from app.config import DraftSettings, EngineSettings, Settings
 from app.engine.backends.llama import LlamaBackend
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest, generate
-from app.engine.sampling import SamplingParams
 
 
 def settings(mode: str = "auto", max_draft: int = 8, adaptive: bool = False, n_ctx: int = 2048) -> Settings:
@@ -45,9 +44,9 @@ class ArgmaxRecorder:
 
 
 class TopKOnHost:
-    """A real backend given the Backend protocol's optional device top-k, taken here from its logits with
-    NumPy (best first, ties to the lower id, as the native kernels), so the engine's top-k path runs on
-    a machine without a GPU. Counts the passes that went through it."""
+    """A real llama.cpp backend whose decode_topk (taken on the host from its rows, best first, ties to the
+    lower id, as the native kernels) stands for a device top-k, so the engine's top-k path runs on a
+    machine without a GPU. Counts the passes that went through it."""
 
     device_topk_max = 64
 
@@ -59,10 +58,8 @@ class TopKOnHost:
         return getattr(self._backend, name)
 
     def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        rows = self._backend.decode(tokens, logits_from)
-        ids = np.argsort(-rows, axis=1, kind="stable")[:, :k]
         self.topk_passes += 1
-        return np.take_along_axis(rows, ids, axis=1), ids.astype(np.int32)
+        return self._backend.decode_topk(tokens, logits_from, k)
 
 
 def run_checked(
@@ -72,9 +69,12 @@ def run_checked(
     (all but the pending one), the drafter's KV holds nothing but committed tokens, and every emitted
     token is the target's argmax in the pass that emitted it."""
     recorder = ArgmaxRecorder(engine.target)
-    request = GenerationRequest(prompt, SamplingParams(), max_tokens, (), draft_prompt, speculative)
+    request = GenerationRequest(
+        prompt=prompt, max_tokens=max_tokens, draft_prompt=draft_prompt, speculative=speculative
+    )
     seen = {"committed": len(prompt) + 1}
-    drafter = engine.drafter if speculative else None
+    speculation = engine.speculation if speculative else None
+    drafter = speculation.drafter if speculation is not None else None
 
     def check(committed: list[int]) -> None:
         target = engine.target
@@ -96,7 +96,7 @@ def run_checked(
     engine.target.rollback(0)
     tokens: list[int] = []
     stats = None
-    chunks = generate(recorder, request, drafter, engine.policy if speculative else None, None, check)  # type: ignore[arg-type]
+    chunks = generate(recorder, request, speculation, None, check)  # type: ignore[arg-type]
     for chunk in chunks:
         tokens += chunk.tokens
         stats = chunk.stats or stats

@@ -64,16 +64,28 @@ def plan_decode(n: int, logits_from: int, start: int, n_ctx: int, batch: int) ->
 
 
 class Backend(Protocol):
-    """What the engine asks of a backend. Optional: `device_topk_max` > 0 and `decode_topk(tokens,
-    logits_from, k)` -> (values [rows, k] float32, ids [rows, k] int32), the k best logits of each row,
-    best first, taken on the device (speculative.sampled_rows uses them for top-k sampling chains)."""
+    """What the engine asks of a backend: everything it reads, so the engine never asks which one it has."""
 
+    backend_name: str  # "llama" (llama.cpp) or "native" (our kernels), as /props reports it
+    path: Path
     facts: ModelFacts
     vocab: VocabInfo
     n_vocab: int
     n_ctx: int
+    n_batch: int  # the widest pass; longer inputs go through in passes of this many tokens
+    n_threads: int  # CPU threads (0: the backend runs on a GPU and uses none of its own)
+    main_gpu: int
+    tensor_split: list[float] | None
+    device_reason: str  # why the model runs where it runs, in words
     kv_tokens: list[int]  # tokens whose K/V sit at positions 0..len-1 of sequence 0
     chat_template: str | None
+    # decode_topk's widest k taken on the device (0: none; speculative.sampled_rows then takes rows)
+    device_topk_max: int
+
+    @property
+    def supports_device_argmax(self) -> bool:
+        """Whether decode_argmax takes the argmax on the device (only token ids come back)."""
+        ...
 
     def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
         """Append tokens at positions len(kv_tokens)...; rows from logits_from on get logits.
@@ -84,6 +96,11 @@ class Backend(Protocol):
 
     def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
         """Like decode, but only the argmax token of each row (on the device where the backend can)."""
+        ...
+
+    def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Like decode, but the k best logits of each row, best first (ties to the lower id): values
+        [rows, k] float32 and ids [rows, k] int32. Taken on the device for k <= device_topk_max."""
         ...
 
     def rollback(self, n_keep: int) -> None:
@@ -103,5 +120,9 @@ class Backend(Protocol):
         ...
 
     def is_eog(self, token: int) -> bool: ...
+
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """(prefix, suffix, middle) ids for fill-in-the-middle prompts; None when the vocabulary lacks one."""
+        ...
 
     def close(self) -> None: ...

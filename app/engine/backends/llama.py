@@ -77,6 +77,9 @@ _FLASH_ATTN = {
 class LlamaBackend(_Vocabulary):
     """One llama.cpp model and context with a single sequence (id 0)."""
 
+    backend_name = "llama"
+    device_topk_max = 0  # llama.cpp hands over whole rows; decode_topk picks from them on the host
+
     def __init__(
         self,
         path: str | Path,
@@ -197,6 +200,11 @@ class LlamaBackend(_Vocabulary):
         self._decode(tokens, logits_from)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(len(tokens) - logits_from, self.n_vocab))
+
+    def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.decode(tokens, logits_from)
+        ids = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(rows, ids, axis=1), ids.astype(np.int32)
 
     @property
     def supports_device_argmax(self) -> bool:
