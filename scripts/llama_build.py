@@ -365,22 +365,29 @@ def _prefix(python: str) -> Path:
     return Path(_run(python, "-c", "import sys; print(sys.prefix)").strip() or sys.prefix)
 
 
-def installed_record(python: str) -> dict | None:
-    path = _prefix(python) / RECORD
+def _read_record(home: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        return json.loads((home / RECORD).read_text())
     except (OSError, ValueError):
         return None
 
 
+def installed_record(python: str) -> dict | None:
+    return _read_record(_prefix(python))
+
+
 def install(python: str, sdist: str | None = None, find_links: list[str] = (), isolation: bool = True,
-            machine: Machine | None = None) -> Choice:  # fmt: skip
-    """Decide, build if the cache lacks the wheel, install it into `python`'s environment, record it."""
+            machine: Machine | None = None, target: str | None = None) -> Choice:  # fmt: skip
+    """Decide, build if the cache lacks the wheel, install it into `python`'s environment (or into the
+    folder `target`, for a PYTHONPATH), record it there."""
     machine = machine or probe(python)
     choice = decide(machine)
     print(choice.line(), flush=True)
-    record = installed_record(python)
+    home = Path(target) if target else _prefix(python)
+    record = _read_record(home)
     have = _run(python, "-c", "import importlib.metadata as m; print(m.version('llama-cpp-python'))").strip()
+    if target:
+        have = LLAMA_VERSION if list(home.glob(f"llama_cpp_python-{LLAMA_VERSION}.dist-info")) else ""
     if record and record.get("key") == choice.key and have == LLAMA_VERSION:
         print(f"llama-cpp-python {LLAMA_VERSION} ({choice.backend}) already installed", flush=True)
         return choice
@@ -399,7 +406,8 @@ def install(python: str, sdist: str | None = None, find_links: list[str] = (), i
     else:
         print(f"using the cached wheel {wheel}", flush=True)
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-deps"]
-    subprocess.run([*pip, "--force-reinstall", str(wheel)], check=True)
+    pip += ["--target", target, "--upgrade"] if target else ["--force-reinstall"]
+    subprocess.run([*pip, str(wheel)], check=True)
     if choice.cupy:
         print(f"installing {choice.cupy} for our kernels", flush=True)
         cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *choice.cupy.split()]
@@ -409,7 +417,7 @@ def install(python: str, sdist: str | None = None, find_links: list[str] = (), i
     elif machine.cupy:
         print(f"CuPy already there: {machine.cupy}", flush=True)
     record = {**asdict(choice), "key": choice.key, "cupy_found": machine.cupy, "wheel": Path(wheel).name}
-    (_prefix(python) / RECORD).write_text(json.dumps(record, indent=1))
+    (home / RECORD).write_text(json.dumps(record, indent=1))
     return choice
 
 
@@ -424,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--sdist", help="a llama-cpp-python sdist (.tar.gz) to build from instead of PyPI")
     i.add_argument("--find-links", action="append", default=[], help="a local folder of wheels/sdists")
     i.add_argument("--no-build-isolation", action="store_true", help="build with the packages already there")
+    i.add_argument("--target", help="install into this folder (for PYTHONPATH) instead of the environment")
     args = parser.parse_args(argv)
     if args.command == "decide":
         machine = probe(args.python)
@@ -433,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     links = args.find_links + [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if p]
     try:
-        install(args.python, args.sdist, links, not args.no_build_isolation)
+        install(args.python, args.sdist, links, not args.no_build_isolation, target=args.target)
     except BuildFailed as failed:
         print(failed, file=sys.stderr)
         return 1

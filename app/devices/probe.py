@@ -275,7 +275,10 @@ def probe_llama() -> ProbeResult:
 
 def _build_record() -> dict[str, Any]:
     """What scripts/llama_build.py recorded about the installed wheel (beside sys.prefix or the bundle)."""
-    for folder in (Path(sys.prefix), Path(sys.executable).resolve().parent):
+    import llama_cpp
+
+    site = Path(llama_cpp.__file__).resolve().parents[1]  # a --target install keeps it beside the package
+    for folder in (Path(sys.prefix), Path(sys.executable).resolve().parent, site):
         try:
             return json.loads((folder / BUILD_RECORD).read_text())
         except (OSError, ValueError):
