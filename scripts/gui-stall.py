@@ -25,6 +25,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.catalog.packaged import resolve_model
 from app.chats.store import ChatStore
+from app.config import SamplingSettings
+from app.services.engine import EngineLaunch
 from app.ui.main_window import MainWindow
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm, with many details."
@@ -39,9 +41,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, ChatStore(Path(tmp) / "chats.sqlite3") as store:
         window = MainWindow(
             store,
-            ["--target", str(resolve_model(a.target)), "--ngram", "--n-ctx", "2048"],
-            n_ctx=2048,
-            sampling={"temperature": 0.8, "seed": 7, "max_tokens": a.tokens},
+            EngineLaunch(str(resolve_model(a.target)), draft={"mode": "ngram"}, engine={"n_ctx": 2048}),
+            sampling=SamplingSettings(temperature=0.8, seed=7, max_tokens=a.tokens),
         )
         window.show()
         ticks: list[float] = []
@@ -56,21 +57,22 @@ def main() -> int:
 
         def ready(_port: int) -> None:
             window.send(PROMPT)
-            stream = window._stream
-            assert stream is not None
-            stream.delta.connect(first_delta)
+            answer = window.conversation.answer
+            assert answer is not None
+            answer.stream.delta.connect(first_delta)
             timer.start()
 
         window.engine.ready.connect(ready)
 
-        def finished(_status: str) -> None:
+        def finished(_status: str, _usage: dict) -> None:
             timer.stop()
             streaming["end"] = time.perf_counter()
-            answer = store.messages(window.current)[-1] if window.current else None
+            current = window.conversation.current
+            answer = store.messages(current)[-1] if current is not None else None
             streaming["usage"] = (answer.stats or {}) if answer else {}
             app.quit()
 
-        window.answerFinished.connect(finished)
+        window.conversation.answerFinished.connect(finished)
         window.start_engine()
         app.exec()
         end = streaming.get("end", time.perf_counter())

@@ -24,6 +24,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.catalog.packaged import resolve_model
 from app.chats.store import ChatStore
+from app.config import SamplingSettings
+from app.services.engine import EngineLaunch
 from app.ui.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,8 +44,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, ChatStore(Path(tmp) / "chats.sqlite3") as store:
         window = MainWindow(
             store,
-            ["--target", str(resolve_model(a.target)), "--ngram"],
-            sampling={"temperature": 0.0, "max_tokens": 200},
+            EngineLaunch(str(resolve_model(a.target)), draft={"mode": "ngram"}),
+            sampling=SamplingSettings(temperature=0.0, max_tokens=200),
             api_port=0,
         )
         window.resize(1280, 800)
@@ -55,7 +57,7 @@ def main() -> int:
             window.grab().save(str(path))
             print(f"saved {path.relative_to(ROOT)}")
 
-        def answered(status: str) -> None:
+        def answered(status: str, _usage: dict) -> None:
             if status != "complete":
                 print(f"the answer ended {status}")
                 app.quit()
@@ -94,7 +96,7 @@ def main() -> int:
             app.quit()
 
         window.engine.ready.connect(lambda _port: window.send(QUESTION))
-        window.answerFinished.connect(answered)
+        window.conversation.answerFinished.connect(answered)
         window.start_engine()
         QTimer.singleShot(600_000, app.quit)
         app.exec()

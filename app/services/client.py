@@ -1,6 +1,7 @@
 """HTTP/SSE client for the engine's OpenAI-compatible API, on Qt's event loop (no threads).
 
-`ChatStream` posts one streamed chat completion and turns the server-sent events into signals: text
+`EventStream` is the one reader of server-sent events (a chat completion's, a model load's).
+`ChatStream` posts one streamed chat completion and turns its events into signals: text
 deltas as they arrive (`piece` adds the engine's per-token accepted-draft flags), then `finished` with
 the finish reason and usage (speculation stats included), or `failed` with the server's error message.
 `abort()` closes the connection, which cancels the generation on the engine within one step.
@@ -15,47 +16,109 @@ from PySide6.QtCore import QObject, QUrl, Signal
 from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
 
 
+def reply_error(reply: QNetworkReply, body: bytes) -> str:
+    """A failed reply in words: the engine's error message from an OpenAI-shaped JSON body (else Qt's
+    description of the failure), with the HTTP status where there was one."""
+    status = reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
+    try:
+        message = str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = reply.errorString()
+    return f"{message} (HTTP {status})" if status else message
+
+
+def event_error(event: dict[str, Any]) -> str | None:
+    """The message of an `{"error": ...}` event (an object with a message, or words), else None."""
+    if "error" not in event:
+        return None
+    error = event["error"]
+    return str(error.get("message", error) if isinstance(error, dict) else error)
+
+
+def sse_data(buffer: bytes) -> tuple[list[str], bytes]:
+    """The `data:` payloads of the complete server-sent events in `buffer`, and what is left of it."""
+    payloads = []
+    while b"\n\n" in buffer:
+        event, buffer = buffer.split(b"\n\n", 1)
+        for line in event.decode("utf-8", errors="replace").splitlines():
+            if line.startswith("data:"):
+                payloads.append(line[5:].strip())
+    return payloads, buffer
+
+
+class EventStream(QObject):
+    """One request answered with server-sent events: `event` for each JSON event as it arrives (`[DONE]`
+    and payloads that are not JSON objects are skipped), then `ended` once, with the failure of the
+    request in words ("" when it ran to its end or was aborted; a refusal before streaming is a JSON
+    error body, read with `reply_error`)."""
+
+    event = Signal(dict)
+    ended = Signal(str)
+
+    def __init__(self, reply: QNetworkReply, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._reply = reply
+        self._buffer = b""
+        self.aborted = False
+        self.done = False
+        reply.readyRead.connect(self._read)
+        reply.finished.connect(self._finished)
+
+    def abort(self) -> None:
+        if not self.done:
+            self.aborted = True
+            self._reply.abort()
+
+    def _read(self) -> None:
+        payloads, self._buffer = sse_data(self._buffer + bytes(self._reply.readAll()))
+        for data in payloads:
+            if data == "[DONE]":
+                continue
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                self.event.emit(event)
+
+    def _finished(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if not self.aborted:  # an aborted reply is closed: nothing more to read
+            self._read()
+        reply = self._reply
+        failed = reply.error() != QNetworkReply.NetworkError.NoError and not self.aborted
+        self.ended.emit(reply_error(reply, self._buffer) if failed else "")
+        reply.deleteLater()
+
+
 class ChatStream(QObject):
+    """One streamed chat completion, its events as text deltas, then how it ended."""
+
     delta = Signal(str)
     piece = Signal(str, list)  # the delta's text and its tokens' `speculative_tokens` flags (may be empty)
     finished = Signal(str, dict)  # finish reason ("stop", "length", "aborted"), usage
     failed = Signal(str)
 
-    def __init__(
-        self, manager: QNetworkAccessManager, reply: QNetworkReply, parent: QObject | None = None
-    ) -> None:
+    def __init__(self, events: EventStream, body: bytes, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._manager = manager
-        self._reply = reply
-        self._buffer = b""
+        events.setParent(self)
+        self._events = events
         self._finish = ""
         self._usage: dict[str, Any] = {}
         self._error = ""
-        self._aborted = False
-        self._ended = False
-        self.body = b""  # the request as sent (JSON)
-        reply.readyRead.connect(self._read)
-        reply.finished.connect(self._done)
+        self.body = body  # the request as sent (JSON)
+        events.event.connect(self._event)
+        events.ended.connect(self._ended)
 
     def abort(self) -> None:
-        if not self._ended:
-            self._aborted = True
-            self._reply.abort()
+        self._events.abort()
 
-    def _read(self) -> None:
-        events, self._buffer = sse_data(self._buffer + bytes(self._reply.readAll()))
-        for data in events:
-            self._event(data)
-
-    def _event(self, data: str) -> None:
-        if data == "[DONE]":
-            return
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            return
-        if "error" in chunk:
-            self._error = str(chunk["error"].get("message", chunk["error"]))
+    def _event(self, chunk: dict[str, Any]) -> None:
+        error = event_error(chunk)
+        if error is not None:
+            self._error = error
             return
         if chunk.get("usage"):
             self._usage = chunk["usage"]
@@ -68,27 +131,15 @@ class ChatStream(QObject):
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
 
-    def _done(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        self._read()
-        reply = self._reply
-        status = reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
-        if self._aborted:
+    def _ended(self, failure: str) -> None:
+        if self._events.aborted:
             self.finished.emit("aborted", self._usage)
         elif self._error:
             self.failed.emit(self._error)
-        elif reply.error() != QNetworkReply.NetworkError.NoError and not self._finish:
-            body = self._buffer.decode("utf-8", errors="replace")
-            try:
-                message = json.loads(body)["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = reply.errorString()
-            self.failed.emit(f"{message} (HTTP {status})" if status else message)
+        elif failure and not self._finish:  # a connection lost after the last token loses nothing
+            self.failed.emit(failure)
         else:
             self.finished.emit(self._finish or "stop", self._usage)
-        reply.deleteLater()
 
 
 class JsonReply(QObject):
@@ -104,8 +155,7 @@ class JsonReply(QObject):
 
     def _finished(self) -> None:
         reply = self._reply
-        status = reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
-        body = bytes(reply.readAll()).decode("utf-8", errors="replace")
+        body = bytes(reply.readAll())
         try:
             data = json.loads(body) if body else {}
         except ValueError:
@@ -113,23 +163,8 @@ class JsonReply(QObject):
         if reply.error() == QNetworkReply.NetworkError.NoError and isinstance(data, dict):
             self.done.emit(data)
         else:
-            try:
-                message = str(data["error"]["message"])
-            except (KeyError, TypeError):
-                message = reply.errorString()
-            self.failed.emit(f"{message} (HTTP {status})" if status else message)
+            self.failed.emit(reply_error(reply, body))
         reply.deleteLater()
-
-
-def sse_data(buffer: bytes) -> tuple[list[str], bytes]:
-    """The `data:` payloads of the complete server-sent events in `buffer`, and what is left of it."""
-    payloads = []
-    while b"\n\n" in buffer:
-        event, buffer = buffer.split(b"\n\n", 1)
-        for line in event.decode("utf-8", errors="replace").splitlines():
-            if line.startswith("data:"):
-                payloads.append(line[5:].strip())
-    return payloads, buffer
 
 
 class EngineClient(QObject):
@@ -159,11 +194,11 @@ class EngineClient(QObject):
     def delete(self, path: str) -> JsonReply:
         return JsonReply(self._manager.deleteResource(self._request(path)), self)
 
-    def post_events(self, path: str, data: bytes) -> QNetworkReply:
+    def post_events(self, path: str, data: bytes) -> EventStream:
         """POST a JSON body to a route that answers with server-sent events."""
         request = self._request(path)
         request.setRawHeader(b"Accept", b"text/event-stream")
-        return self._manager.post(request, data)
+        return EventStream(self._manager.post(request, data), self)
 
     def stream_chat(self, messages: list[dict[str, Any]], **params: Any) -> ChatStream:
         body = {
@@ -173,6 +208,4 @@ class EngineClient(QObject):
             **{k: v for k, v in params.items() if v is not None},
         }
         data = json.dumps(body).encode()
-        stream = ChatStream(self._manager, self.post_events("/v1/chat/completions", data), self)
-        stream.body = data
-        return stream
+        return ChatStream(self.post_events("/v1/chat/completions", data), data, self)

@@ -3,20 +3,146 @@
 The GUI never loads a model: it starts `python -m app serve ...` (frozen: `Foresight --engine ...`)
 through QProcess on 127.0.0.1 with a port the OS picks, hands it a per-launch admin token on stdin
 (never argv), waits for the `READY port=<n>` line, and reports a crash with the last log lines so the
-window can offer a restart.
+window can offer a restart. `EngineLaunch` holds what the engine is started with as typed values (the
+fields of app.config's EngineSettings and DraftSettings) and writes them as its command line.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
+import dataclasses
 import secrets
 import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
+from pydantic import ValidationError
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+
+from app.config import ConfigError, DraftSettings, EngineSettings, Settings, add_section_flags
 
 STOPPED, STARTING, READY, STOPPING, CRASHED = "stopped", "starting", "ready", "stopping", "crashed"
 LOG_LINES = 2000
 STOP_TIMEOUT_MS = 5000
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"engine arguments: {message}")
+
+
+def _launch_parser() -> _Parser:
+    parser = _Parser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--target")
+    parser.add_argument("--draft", dest="draft_model")
+    parser.add_argument("--ngram", action="store_true")
+    parser.add_argument("--no-draft", action="store_true")
+    add_section_flags(parser, "engine", EngineSettings.model_fields)
+    add_section_flags(parser, "draft", [name for name in DraftSettings.model_fields if name != "mode"])
+    return parser
+
+
+def _checked(model: type[EngineSettings | DraftSettings], values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` as `model` types them; ConfigError names a field it does not have or a value out of bounds."""
+    try:
+        typed = model.model_validate(dict(values))
+    except ValidationError as exc:
+        raise ConfigError(f"engine arguments: {exc}") from exc
+    return {name: getattr(typed, name) for name in values}
+
+
+def _flag(name: str, value: Any) -> list[str]:
+    """One settings field as the engine's command line takes it (app.config.add_section_flags' flags)."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + name.replace("_", "-")]
+    if isinstance(value, list):
+        return [flag, ",".join(str(v) for v in value)]
+    return [flag, str(value)]
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLaunch:
+    """What the window starts its engine with: the pair, the EngineSettings and DraftSettings fields given
+    for this run (typed as app.config types them), and any other flags as they were given (sampling).
+
+    Fields not given are left to the engine, which reads the same settings file and environment.
+    `draft["mode"]` is "model" (with `draft_model`), "ngram" or "none" when given.
+    """
+
+    target: str | None = None  # a GGUF path or a packaged model's key; None: the engine's default
+    draft_model: str | None = None
+    engine: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    draft: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    extra: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", _checked(EngineSettings, self.engine))
+        object.__setattr__(self, "draft", _checked(DraftSettings, self.draft))
+        if (self.draft.get("mode") == "model") != (self.draft_model is not None):
+            raise ConfigError("engine arguments: a drafter model goes with draft mode 'model' and no other")
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> EngineLaunch:
+        """The launch an argument list describes (`python -m app gui`'s model flags); flags it does not
+        know are kept, in order, for the engine."""
+        args, extra = _launch_parser().parse_known_args(list(argv))
+        given: dict[str, dict[str, Any]] = {"engine": {}, "draft": {}}
+        for key, value in vars(args).items():
+            section, _, name = key.partition("__")
+            if name and value is not None:
+                given[section][name] = value
+        if args.draft_model is not None:
+            given["draft"]["mode"] = "model"
+        elif args.ngram:
+            given["draft"]["mode"] = "ngram"
+        elif args.no_draft:
+            given["draft"]["mode"] = "none"
+        return cls(args.target, args.draft_model, given["engine"], given["draft"], tuple(extra))
+
+    def argv(self) -> list[str]:
+        """The engine's command line (host, port and token are the process wrapper's)."""
+        out = [] if self.target is None else ["--target", self.target]
+        mode = self.draft.get("mode")
+        if mode == "model":
+            out += ["--draft", str(self.draft_model)]
+        elif mode in ("ngram", "none"):
+            out.append("--ngram" if mode == "ngram" else "--no-draft")
+        for values in (self.engine, self.draft):
+            for name, value in values.items():
+                if name != "mode" and value is not None:
+                    out += _flag(name, value)
+        return [*out, *self.extra]
+
+    def with_target(self, target: str) -> EngineLaunch:
+        return dataclasses.replace(self, target=target)
+
+    def with_pair(
+        self, target: str, draft_model: str | None, ngram: bool, mmproj: str | None
+    ) -> EngineLaunch:
+        """This launch on another pair: a drafter model, n-gram drafting or neither, and its projector."""
+        mode = "model" if draft_model else "ngram" if ngram else "none"
+        engine = {k: v for k, v in self.engine.items() if k != "mmproj"}
+        if mmproj:
+            engine["mmproj"] = mmproj
+        draft = {**self.draft, "mode": mode}
+        return dataclasses.replace(
+            self, target=target, draft_model=draft_model or None, engine=engine, draft=draft
+        )
+
+    def with_engine(self, **values: Any) -> EngineLaunch:
+        """This launch with EngineSettings fields given (e.g. `device="cpu"`)."""
+        return dataclasses.replace(self, engine={**self.engine, **values})
+
+    def settings(self, base: Settings) -> Settings:
+        """`base` (the settings file's) with this launch's fields over it: what the engine runs with."""
+        return base.model_copy(
+            update={
+                "engine": base.engine.model_copy(update=self.engine),
+                "draft": base.draft.model_copy(update=self.draft),
+            }
+        )
 
 
 def engine_command(args: list[str]) -> tuple[str, list[str]]:
@@ -133,10 +259,11 @@ class EngineProcess(QObject):
         proc.write((self.token + "\n").encode())
         proc.closeWriteChannel()
 
-    def restart(self) -> None:
+    def restart(self, args: list[str] | None = None) -> None:
+        """Stop the engine if it runs and start it again, with `args` or the last start's."""
         if self.state in (STARTING, READY):
             self.stop()
-        self.start(self._args)
+        self.start(self._args if args is None else args)
 
     def stop(self, timeout_ms: int = STOP_TIMEOUT_MS) -> None:
         """Terminate (SIGTERM: the engine finishes cleanly), then kill after the timeout. Blocks."""

@@ -1,5 +1,6 @@
 """The model library for the window: catalog rows with fit and download state, the local GGUF files, and
-loading a pair into the running engine (POST /admin/load, read as server-sent events).
+loading a pair into the running engine (POST /admin/load, read as server-sent events by the client's
+EventStream).
 
 Disk and header work (scanning the models folder, importing a file, a pairing verdict) runs on a short
 worker thread, so the window never waits on a GGUF header; downloads run in `DownloadTask`.
@@ -22,11 +23,10 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtNetwork import QNetworkReply, QNetworkRequest
 
 from app.catalog import curated, download, gguf, pairing
 from app.catalog.library import Library, LocalModel
-from app.services.client import EngineClient, sse_data
+from app.services.client import EngineClient, event_error
 from app.services.downloads import DownloadTask
 from app.services.engine import AppCommand
 
@@ -415,58 +415,30 @@ class LoadStream(QObject):
 
     def __init__(self, client: EngineClient, body: dict[str, Any], parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._buffer = b""
         self._ready: dict[str, Any] | None = None
         self._error = ""
-        self._ended = False
-        self._reply = client.post_events("/admin/load", json.dumps(body).encode())
-        self._reply.readyRead.connect(self._read)
-        self._reply.finished.connect(self._finished)
+        self._events = client.post_events("/admin/load", json.dumps(body).encode())
+        self._events.setParent(self)
+        self._events.event.connect(self._event)
+        self._events.ended.connect(self._ended)
 
-    def _read(self) -> None:
-        events, self._buffer = sse_data(self._buffer + bytes(self._reply.readAll()))
-        for data in events:
-            self._event(data)
-
-    def _event(self, data: str) -> None:
-        if data == "[DONE]":
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return
-        if "error" in event:
-            error = event["error"]
-            self._error = str(error.get("message", error) if isinstance(error, dict) else error)
+    def _event(self, event: dict[str, Any]) -> None:
+        error = event_error(event)
+        if error is not None:
+            self._error = error
         elif "stage" in event:
             self.stage.emit(str(event["stage"]))
             if event["stage"] == "ready":
                 self._ready = event
 
-    def _finished(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        reply = self._reply
-        status = reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
-        ok = reply.error() == QNetworkReply.NetworkError.NoError
-        if ok:
-            self._read()
-        else:  # refused before streaming (bad path, busy, bad token): a JSON error body
-            body = (self._buffer + bytes(reply.readAll())).decode("utf-8", errors="replace")
-            try:
-                self._error = str(json.loads(body)["error"]["message"])
-            except (ValueError, KeyError, TypeError):
-                self._error = self._error or reply.errorString()
-            if status:
-                self._error += f" (HTTP {status})"
-        if self._error:
-            self.failed.emit(self._error)
+    def _ended(self, failure: str) -> None:
+        error = self._error or failure  # refused before streaming: bad path, busy, bad token
+        if error:
+            self.failed.emit(error)
         elif self._ready is not None:
             self.done.emit(self._ready)
         else:
             self.failed.emit("the engine ended the load without saying it was ready")
-        reply.deleteLater()
 
 
 def load_pair(

@@ -11,7 +11,8 @@ from app import keystore, paths
 from app.catalog import download
 from app.catalog.packaged import DEFAULT_DOWNLOAD, default_model_installed
 from app.chats.store import ChatStore
-from app.config import load_settings
+from app.config import SamplingSettings, load_settings
+from app.services.engine import EngineLaunch
 from app.ui.main_window import MainWindow
 
 SMOKE_PROMPT = "Reply with one word: ready?"
@@ -25,22 +26,23 @@ def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False)
     store = ChatStore(store_path)
     if smoke:
         sampling = {**sampling, "max_tokens": 8, "temperature": 0.0}
+    launch = EngineLaunch.from_argv(engine_args)
     offer = None
-    if "--target" not in engine_args and not default_model_installed():
+    if launch.target is None and not default_model_installed():
         # the double-click install carries no model: use the downloaded one, or offer the download
         models = load_settings().models.folder()
         repo, name = DEFAULT_DOWNLOAD
         local = download.library_path(models, repo, name)
         if local.is_file():
-            engine_args = ["--target", str(local), *engine_args]
+            launch = launch.with_target(str(local))
         else:
             offer = ([download.FileSpec(repo, name, "target")], models)
-    window = MainWindow(store, engine_args, n_ctx=n_ctx, sampling=sampling)
+    window = MainWindow(store, launch, n_ctx=n_ctx, sampling=SamplingSettings(**sampling))
     window.show()
     if smoke:
         _smoke(app, window)
     if offer is not None:
-        window.offer_download(
+        window.first_run.offer(
             *offer, "the default model, Qwen2.5-Coder-1.5B-Instruct (1.1 GB)", keystore.TokenStore().resolve()
         )
     else:
@@ -61,8 +63,9 @@ def _smoke(app: QApplication, window: MainWindow) -> None:
         window.close()
         app.exit(code)
 
-    def answered(status: str) -> None:
-        text = window.store.messages(window.current)[-1].content if window.current else ""
+    def answered(status: str, _usage: dict) -> None:
+        current = window.conversation.current
+        text = window.store.messages(current)[-1].content if current is not None else ""
         if status == "complete" and text.strip():
             finish(0, f"answered {text.strip()[:60]!r}")
         else:
@@ -70,5 +73,5 @@ def _smoke(app: QApplication, window: MainWindow) -> None:
 
     window.engine.ready.connect(lambda port: window.send(SMOKE_PROMPT))
     window.engine.crashed.connect(lambda code, tail: finish(1, f"the engine crashed ({code}): {tail[-300:]}"))
-    window.answerFinished.connect(answered)
+    window.conversation.answerFinished.connect(answered)
     QTimer.singleShot(SMOKE_TIMEOUT_MS, lambda: finish(1, "no answer in time"))

@@ -13,9 +13,14 @@ from PySide6.QtCore import QBuffer, QByteArray, QMimeData, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QImageReader, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
+from app.config import EngineSettings
+from app.services.conversation import CHARS_PER_TOKEN
+
 IMAGE_FORMATS = {b"png": "image/png", b"jpeg": "image/jpeg", b"webp": "image/webp"}
-MAX_IMAGE_BYTES = 8 * 2**20  # as the engine's default [engine] max_image_bytes
-MAX_IMAGES = 4
+# the engine's own limits, as its settings default them
+MAX_IMAGE_BYTES = EngineSettings.model_fields["max_image_bytes"].default
+MAX_IMAGES = EngineSettings.model_fields["max_images"].default
+CONTEXT_WARNING = 0.9  # the count turns red past this share of the context
 THUMB = 72
 
 
@@ -129,6 +134,15 @@ class Composer(QWidget):
 
     def setFocus(self) -> None:
         self.edit.setFocus()
+
+    def show_context(self, used: int, n_ctx: int, estimated: bool) -> None:
+        """The context count: the conversation's tokens (the engine's count, or `estimated`) and an
+        estimate of the question typed, against the context length."""
+        typed = len(self.toPlainText()) // CHARS_PER_TOKEN
+        total = used + typed
+        mark = " (estimate)" if typed or estimated else ""
+        self.count.setText(f"context: {total:,} of {n_ctx:,} tokens{mark}")
+        self.count.setStyleSheet("color: #b00020;" if total > n_ctx * CONTEXT_WARNING else "")
 
     def add_images(self, given: list[tuple[bytes | None, str]]) -> None:
         for data, name in given:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.catalog import curated
 from app.catalog.library import Library
 from app.catalog.pairing import Verdict
+from app.config import ModelsSettings
 from app.services.client import EngineClient
 from app.services.library import (
     PAIR_ROLE,
@@ -172,6 +173,14 @@ class LibraryPanel(QDockWidget):
         self._update_buttons()
 
     # --- machine and library --------------------------------------------------------------------
+
+    @classmethod
+    def from_settings(
+        cls, client: EngineClient, models: ModelsSettings, token: str | None, parent: QWidget | None = None
+    ) -> LibraryPanel:
+        """The panel on the models folder, catalog and Hugging Face cache that `models` name."""
+        catalog = Path(models.catalog).expanduser() if models.catalog else None
+        return cls(client, models.folder(), catalog, token, include_hf_cache=models.hf_cache, parent=parent)
 
     def start_scan(self) -> None:
         """Size every pair for this machine's devices (a child process) for the fit badges."""

@@ -37,6 +37,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
+from app.chats.store import Message
+
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 
@@ -61,26 +63,16 @@ AT_BOTTOM_PX = 4  # a scroll bar this close to its end counts as "following the 
 Spans = Sequence[Sequence[int]]
 
 
-def add_piece(spans: list[list[int]], start: int, text: str, flags: Sequence[bool] | bool) -> None:
-    """Record which characters of `text`, appended to an answer at `start`, came from accepted drafts.
-
-    `flags` is either one flag for the whole piece or the engine's per-token `speculative_tokens`.
-    The engine sends one piece per speculative step, its accepted draft tokens first and the target's
-    own token last; the per-token boundaries are not sent, so the drafted share of the tokens is laid
-    over the same share of the characters, from the start. Adjacent drafted ranges are merged.
-    """
-    if isinstance(flags, bool):
-        drafted = len(text) if flags else 0
-    else:
-        n_drafted = sum(1 for f in flags if f)
-        drafted = round(len(text) * n_drafted / len(flags)) if flags else 0
-    if drafted <= 0:
-        return
-    end = start + drafted
-    if spans and spans[-1][1] == start:
-        spans[-1][1] = end
-    else:
-        spans.append([start, end])
+def stats_line(spec: dict[str, Any]) -> str:
+    """An answer's speed and speculation in one line: tokens, tok/s, tokens per target pass, drafts taken."""
+    parts = [f"{spec.get('emitted', 0)} tokens"]
+    if spec.get("tokens_per_second"):
+        parts.append(f"{spec['tokens_per_second']:.1f} tok/s")
+    if spec.get("drafted"):
+        parts.append(f"{spec.get('mean_accepted_len', 1):.2f} tokens per pass")
+        rate = spec.get("acceptance_rate", 0)
+        parts.append(f"{spec.get('accepted', 0)} of {spec['drafted']} drafted accepted ({rate:.0%})")
+    return " · ".join(parts)
 
 
 @dataclass
@@ -120,6 +112,23 @@ class Transcript(QTextBrowser):
             _theme = theme
             self._cache, self._shown, self._tail_start = [], [], None
             self.show_messages(*self._last)
+
+    def show_conversation(self, messages: Sequence[Message], highlight_drafts: bool = False) -> None:
+        """Show a conversation's stored messages, each answer with its stats line."""
+        self.show_messages(
+            [
+                {
+                    "role": m.role,
+                    "content": m.content,
+                    "status": m.status,
+                    "stats": stats_line(m.stats) if m.role == "assistant" and m.stats else "",
+                    "draft_spans": m.draft_spans,
+                    "images": m.images,
+                }
+                for m in messages
+            ],
+            highlight_drafts,
+        )
 
     def show_messages(self, messages: Sequence[dict[str, Any]], highlight_drafts: bool = False) -> None:
         """Show `messages`: dicts with role, content, and optionally status ("complete" shows nothing;

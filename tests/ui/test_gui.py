@@ -16,8 +16,9 @@ from PySide6.QtWidgets import QSystemTrayIcon
 from pytestqt.qtbot import QtBot
 
 from app.chats.store import ChatStore
+from app.config import SamplingSettings
 from app.services.api_server import ApiKeys
-from app.services.engine import READY
+from app.services.engine import READY, EngineLaunch
 from app.ui.main_window import MainWindow
 from app.ui.transcript import DRAFT_BACKGROUND
 from tests.support.mmproj import png, write_colour_mmproj, write_tiny_mmproj
@@ -31,14 +32,14 @@ def _window(
 ) -> MainWindow:
     window = MainWindow(
         store,
-        ["--target", str(gemma_path), "--ngram", "--n-ctx", "2048"],
-        n_ctx=2048,
-        sampling={"temperature": 0.0, "max_tokens": max_tokens},
+        EngineLaunch(str(gemma_path), draft={"mode": "ngram"}, engine={"n_ctx": 2048}),
+        sampling=SamplingSettings(temperature=0.0, max_tokens=max_tokens),
         api_keys=api_keys,
         api_port=0,  # any free port: tests run side by side
     )
     qtbot.addWidget(window)
     window.show()
+    assert window.conversation.n_ctx == 2048  # the launch's, until the engine says what it loaded
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
         window.start_engine()
     return window
@@ -52,7 +53,7 @@ def store(tmp_path: Path) -> Iterator[ChatStore]:
 
 def _ask(qtbot: QtBot, window: MainWindow, text: str) -> str:
     window.input.setPlainText(text)
-    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS) as done:
         window.send_button.click()
     return done.args[0]
 
@@ -63,28 +64,31 @@ def test_send_stream_switch_regenerate_and_find_the_history_after_a_restart(
     window = _window(qtbot, store, gemma_path)
     deltas: list[str] = []
     window.input.setPlainText("The capital of France is")
-    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS) as done:
         window.send_button.click()
-        window._stream.delta.connect(deltas.append)  # the stream exists once Send was clicked
+        # the answer and its stream exist once Send was clicked
+        window.conversation.answer.stream.delta.connect(deltas.append)
     assert done.args[0] == "complete"
+    assert done.args[1]["completion_tokens"] > 0  # the engine's usage came with the end
     assert len(deltas) > 1  # the text arrived in pieces
-    first = window.current
+    first = window.conversation.current
+    assert window.conversations.model.titles() == ["The capital of France is"]
     answer = store.messages(first)[-1]
     assert answer.role == "assistant"
     assert answer.status == "complete"
     assert answer.content == "".join(deltas)
     assert answer.content.strip()[:20] in window.transcript.toPlainText()
 
-    window.new_button.click()
+    window.conversations.new_button.click()
     assert _ask(qtbot, window, "Two plus two equals") == "complete"
-    second = window.current
+    second = window.conversation.current
     assert second != first
-    window.select_conversation(first)
+    window.conversation.select(first)
     assert "The capital of France is" in window.transcript.toPlainText()
     assert "Two plus two" not in window.transcript.toPlainText()
 
     before = store.messages(first)
-    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS):
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS):
         window.regenerate_button.click()
     after = store.messages(first)
     assert len(after) == len(before)
@@ -94,9 +98,10 @@ def test_send_stream_switch_regenerate_and_find_the_history_after_a_restart(
     # Edit and resend: the question comes back into the box; nothing changes until it is sent again.
     window.edit_button.click()
     assert window.input.toPlainText() == "The capital of France is"
+    assert window.send_button.text() == "Resend"
     assert store.messages(first) == after
     window.input.setPlainText("The capital of Italy is")
-    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS):
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS):
         window.send_button.click()
     edited = store.messages(first)
     assert [m.role for m in edited] == ["user", "assistant"]
@@ -106,32 +111,33 @@ def test_send_stream_switch_regenerate_and_find_the_history_after_a_restart(
     window.close()  # stops the engine
     assert window.engine.state != READY
     again = _window(qtbot, store, gemma_path)
-    titles = [again.conversation_list.item(i).text() for i in range(again.conversation_list.count())]
+    titles = again.conversations.model.titles()
     # newest activity first: the regenerated conversation is on top
     # the edited question was the conversation's first: its title follows it
     assert titles == ["The capital of Italy is", "Two plus two equals"]
-    again.conversation_list.setCurrentRow(0)
+    again.conversations.choose_row(0)
+    assert again.conversation.current == first
     assert "The capital of Italy is" in again.transcript.toPlainText()
-    assert "READY" in again.log_view.toPlainText()  # View > Engine log shows the engine's own output
+    assert "READY" in again.log_panel.view.toPlainText()  # View > Engine log shows the engine's own output
 
-    again.rename_conversation(second, "  Arithmetic ")
-    again.delete_conversation(first)
-    titles = [again.conversation_list.item(i).text() for i in range(again.conversation_list.count())]
+    again.conversation.rename(second, "  Arithmetic ")
+    again.conversation.delete(first)
+    titles = again.conversations.model.titles()
     assert titles == ["Arithmetic"]
     assert store.messages(first) == []
-    assert again.current is None
+    assert again.conversation.current is None
     again.close()
 
 
 def test_stop_mid_stream_keeps_the_partial_answer(qtbot: QtBot, store: ChatStore, gemma_path: Path) -> None:
     window = _window(qtbot, store, gemma_path, max_tokens=400)
     window.input.setPlainText("Write a long story about a lighthouse keeper.")
-    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS) as done:
         window.send_button.click()
-        qtbot.waitUntil(lambda: len(window._answer_text) > 20, timeout=ANSWER_MS)
+        qtbot.waitUntil(lambda: len(window.conversation.answer_text) > 20, timeout=ANSWER_MS)
         window.stop_button.click()
     assert done.args[0] == "stopped"
-    kept = store.messages(window.current)[-1]
+    kept = store.messages(window.conversation.current)[-1]
     assert kept.status == "stopped"
     assert len(kept.content) > 20
     assert "(stopped)" in window.transcript.toPlainText()
@@ -143,20 +149,20 @@ def test_an_engine_killed_mid_answer_keeps_it_as_interrupted_and_offers_a_restar
 ) -> None:
     window = _window(qtbot, store, gemma_path, max_tokens=400)
     window.input.setPlainText("Write a long story about a lighthouse keeper.")
-    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS) as done:
         window.send_button.click()
-        qtbot.waitUntil(lambda: len(window._answer_text) > 20, timeout=ANSWER_MS)
+        qtbot.waitUntil(lambda: len(window.conversation.answer_text) > 20, timeout=ANSWER_MS)
         os.kill(window.engine.pid, signal.SIGKILL)
     assert done.args[0] == "interrupted"
-    kept = store.messages(window.current)[-1]
+    kept = store.messages(window.conversation.current)[-1]
     assert kept.status == "interrupted"
     assert len(kept.content) > 20
-    assert window.banner_row.isVisible()
-    assert window.restart_button.isVisible()
+    assert window.banner.isVisible()
+    assert window.banner.restart_button.isVisible()
     assert "stopped unexpectedly" in window.banner.text()
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
-        window.restart_button.click()
-    assert not window.banner_row.isVisible()
+        window.banner.restart_button.click()
+    assert not window.banner.isVisible()
     assert _ask(qtbot, window, "Hello") == "complete"
     window.close()
 
@@ -165,10 +171,11 @@ def test_a_damaged_chat_file_is_reported_in_the_window(qtbot: QtBot, tmp_path: P
     path = tmp_path / "chats.sqlite3"
     path.write_bytes(b"this is not a database at all" * 100)
     with ChatStore(path) as store:
-        window = MainWindow(store, [])
+        window = MainWindow(store, EngineLaunch())
         qtbot.addWidget(window)
         window.show()
-        assert window.banner_row.isVisible()
+        assert window.banner.isVisible()
+        assert not window.banner.restart_button.isVisible()
         assert "could not be read" in window.banner.text()
         assert store.recovered_from is not None
         assert store.recovered_from.name in window.banner.text()
@@ -185,22 +192,27 @@ def test_first_start_without_a_model_downloads_it_and_starts_the_engine(
     with FakeHub() as server:
         server.add_file("test-org/default-GGUF", "model.gguf", gemma_path, sha256=GEMMA_270M.sha256)
         window = MainWindow(
-            store, ["--ngram", "--n-ctx", "1024"], n_ctx=1024, sampling={"temperature": 0.0, "max_tokens": 8}
+            store,
+            EngineLaunch(draft={"mode": "ngram"}, engine={"n_ctx": 1024}),
+            sampling=SamplingSettings(temperature=0.0, max_tokens=8),
         )
         qtbot.addWidget(window)
         window.show()
         files = [FileSpec("test-org/default-GGUF", "model.gguf", "target")]
-        window.offer_download(files, tmp_path / "models", "the test model", endpoint=server.url)
-        assert window.download_button.isVisible()
+        window.first_run.offer(files, tmp_path / "models", "the test model", endpoint=server.url)
+        assert window.banner.download_button.isVisible()
+        assert "the test model" in window.banner.text()
         assert not window.send_button.isEnabled()
         progress: list[str] = []
         with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
-            window.download_button.click()
-            window.download_task.progress.connect(lambda p: progress.append(window.banner.text()))
+            window.banner.download_button.click()
+            window.first_run.task.progress.connect(lambda p: progress.append(window.banner.text()))
         assert any("Downloading model.gguf" in text for text in progress)
         installed = tmp_path / "models" / "test-org" / "default-GGUF" / "model.gguf"
-        assert window.engine_args[:2] == ["--target", str(installed)]
-        assert not window.banner_row.isVisible()
+        assert window.launch.target == str(installed)
+        assert window.launch.argv()[:3] == ["--target", str(installed), "--ngram"]
+        assert not window.banner.isVisible()
+        assert not window.banner.download_button.isVisible()
         assert _ask(qtbot, window, "Hello") == "complete"
         window.close()
 
@@ -281,7 +293,10 @@ def test_the_devices_panel_lists_what_was_found_and_restarts_the_engine_on_a_cho
     panel.choice.setCurrentIndex(panel.choice.findData("cpu"))
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
         panel.apply.click()
-    assert window.engine_args[-2:] == ["--device", "cpu"]
+    assert window.launch.engine["device"] == "cpu"
+    argv = window.launch.argv()
+    assert argv[argv.index("--device") + 1] == "cpu"
+    assert argv.count("--device") == 1
     qtbot.waitUntil(lambda: panel.props.get("target", {}).get("device") == "cpu", timeout=10_000)
     assert "cpu" in panel.target.text()
     assert _ask(qtbot, window, "Say hi.") == "complete"  # the restarted engine answers
@@ -296,7 +311,7 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     window = _window(qtbot, store, gemma_path, max_tokens=64)
     code = "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n"
     assert _ask(qtbot, window, f"Repeat this code exactly:\n```python\n{code}```") == "complete"
-    answer = store.messages(window.current)[-1]
+    answer = store.messages(window.conversation.current)[-1]
     assert answer.draft_spans  # stored with the answer: text the target took from n-gram drafts
     assert all(0 <= a < b <= len(answer.content) for a, b in answer.draft_spans)
     assert DRAFT_BACKGROUND not in window.transcript.toHtml()
@@ -320,16 +335,16 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     assert window.input.images == []
     window.input.add_image_file(png)
     assert window.input.images[0].startswith("data:image/png;base64,")
-    before = store.messages(window.current)
+    before = store.messages(window.conversation.current)
     window.input.setPlainText("What colour is this?")
     window.send_button.click()
     assert "has no vision" in window.banner.text()  # gemma-3-270m reads no images
-    assert store.messages(window.current) == before  # nothing sent, nothing stored
+    assert store.messages(window.conversation.current) == before  # nothing sent, nothing stored
     assert window.input.images  # the question and its image stay in the box
 
     # the tray option needs a system tray; without one it says so and stays off
-    window.keep_serving.setChecked(True)
-    assert window.keep_serving.isChecked() == QSystemTrayIcon.isSystemTrayAvailable()
+    window.tray.action.setChecked(True)
+    assert window.tray.action.isChecked() == QSystemTrayIcon.isSystemTrayAvailable()
 
     # a pair loaded from the model library (no restart) is what a later restart starts
     panel = window.library_panel
@@ -347,11 +362,19 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     assert panel.use_button.isEnabled()
     with qtbot.waitSignal(panel.pairLoaded, timeout=START_MS):
         panel.use_pair()
-    assert window.engine_args[:2] == ["--target", str(gemma_path.resolve())]
-    assert "--ngram" in window.engine_args
-    assert window.engine_args[window.engine_args.index("--mmproj") + 1] == projector
+    assert (window.launch.target, window.launch.draft["mode"]) == (str(gemma_path.resolve()), "ngram")
+    assert window.launch.engine["mmproj"] == projector
+    argv = window.launch.argv()
+    assert argv[:2] == ["--target", str(gemma_path.resolve())]
+    assert "--ngram" in argv
+    assert argv[argv.index("--mmproj") + 1] == projector
     qtbot.waitUntil(lambda: window.vision, timeout=10_000)  # loaded with its projector: it reads images
-    window.keep_serving.setChecked(False)
+    # ...and a restart (as after a crash) starts the engine on that pair
+    window.vision = False
+    with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
+        window.restart_engine()
+    qtbot.waitUntil(lambda: window.vision, timeout=10_000)
+    window.tray.action.setChecked(False)
     window.close()
 
 
@@ -363,9 +386,10 @@ def test_an_image_dropped_in_the_question_is_sent_and_answered(
     projector = write_colour_mmproj(tmp_path / "colour-mmproj.gguf", qwen_path, colours)
     window = MainWindow(
         store,
-        ["--target", str(qwen_path), "--mmproj", str(projector), "--ngram", "--n-ctx", "2048"],
-        n_ctx=2048,
-        sampling={"temperature": 0.0, "max_tokens": 16},
+        EngineLaunch.from_argv(
+            ["--target", str(qwen_path), "--mmproj", str(projector), "--ngram", "--n-ctx", "2048"]
+        ),
+        sampling=SamplingSettings(temperature=0.0, max_tokens=16),
         api_port=0,
     )
     qtbot.addWidget(window)
@@ -381,15 +405,16 @@ def test_an_image_dropped_in_the_question_is_sent_and_answered(
     window.input.edit.insertFromMimeData(drop)  # what a drop or a paste of the file hands the box
     assert len(window.input.images) == 1
     window.input.setPlainText("What colour is this image? Answer with one word.")
-    with qtbot.waitSignal(window.answerFinished, timeout=ANSWER_MS) as done:
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS) as done:
         window.send_button.click()
-        body = json.loads(window._stream.body)
+        body = json.loads(window.conversation.answer.stream.body)
     assert done.args[0] == "complete"
     parts = body["messages"][-1]["content"]
     assert {"type": "text", "text": "What colour is this image? Answer with one word."} in parts
     uri = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url")
     assert base64.b64decode(uri.removeprefix("data:image/png;base64,")) == picture.read_bytes()
-    question, answer = store.messages(window.current)
+    assert {"temperature": 0.0, "max_tokens": 16}.items() <= body.items()  # the window's sampling went too
+    question, answer = store.messages(window.conversation.current)
     assert question.images == [uri]  # kept with the question
     assert answer.content.strip().strip(".").lower() == "blue"
     assert "blue" in window.transcript.toPlainText().lower().split("assistant")[-1]

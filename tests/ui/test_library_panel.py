@@ -222,7 +222,7 @@ def test_a_pair_downloads_pauses_resumes_and_a_cancel_leaves_nothing(
         release.set()
     assert other_part.stat().st_size > 0
     assert panel.cancel_button.isEnabled()
-    with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=1000) as stopped:
+    with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=DOWNLOAD_MS) as stopped:
         panel.cancel_button.click()
     assert stopped.args == ["gemma-other", False]
     assert not other_part.exists()
