@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 import httpx2
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -275,8 +275,7 @@ class DownloadJob:
             elif part.is_file() and _part_matches(part, p):
                 p.have = min(part.stat().st_size, p.size)
             else:  # a partial file of another version (or without its record) is not resumed
-                part.unlink(missing_ok=True)
-                _sidecar(part).unlink(missing_ok=True)
+                _drop_stale_part(part, p)
             planned.append(p)
         self.plan_ = planned
         return planned
@@ -357,7 +356,9 @@ class DownloadJob:
                 )
             result.refetched.append(p.spec.what)
         p.final.parent.mkdir(parents=True, exist_ok=True)
+        _fsync(p.part)  # the bytes are on disk before the name says the file is complete
         os.replace(p.part, p.final)
+        _fsync(p.final.parent)
         _sidecar(p.part).unlink(missing_ok=True)
         _record(self.models_dir, p)
         p.installed = True
@@ -425,6 +426,39 @@ class DownloadJob:
 
 
 # --- the record of installed files ------------------------------------------------------------------
+
+def _fsync(path: Path) -> None:
+    """Flush a file (or a folder, for the rename in it) to disk; folders cannot be opened on Windows."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _drop_stale_part(part: Path, p: PlannedFile) -> None:
+    """Delete a .part of another version, under the per-file lock: another job (the GUI's, the CLI's)
+    may be writing it right now: then it is left to that job."""
+    if not part.exists():
+        return
+    lock = FileLock(str(part) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return  # another job holds it: it is that job's file, and that job replaces or completes it
+    try:
+        if part.is_file() and _part_matches(part, p):
+            return
+        part.unlink(missing_ok=True)
+        _sidecar(part).unlink(missing_ok=True)
+    finally:
+        lock.release()
+
 
 def _sidecar(part: Path) -> Path:
     return part.with_name(part.name + ".json")

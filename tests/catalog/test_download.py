@@ -346,3 +346,18 @@ def test_a_server_that_ignores_range_is_refused_before_the_weights(hubsrv: FakeH
     finally:
         hubsrv.ignore_range = False
     assert hubsrv.bytes_sent(*GEMMA) < GEMMA_270M.size // 10  # the body was not read on
+
+
+def test_a_stale_part_held_by_another_job_is_left_to_it(hubsrv: FakeHub, tmp_path: Path) -> None:
+    from filelock import FileLock
+
+    models = tmp_path / "models"
+    part = download.library_path(models / download.PARTIAL_DIR, GEMMA_REPO, GEMMA_FILE + ".part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"bytes of a download in another process, its record not yet written")
+    job = _job(hubsrv, models, [_gemma_spec()])
+    with FileLock(str(part) + ".lock"):  # held as a running download holds it
+        job.plan()
+        assert part.exists()
+    job.plan()  # nobody holds it now: a part without a matching record is stale
+    assert not part.exists()
