@@ -13,7 +13,7 @@ import httpx
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.catalog import curated, download
+from app.catalog import curated, download, manifest
 from app.catalog.packaged import GEMMA_270M
 from app.cli.models import _fit_for_machine
 from app.services.client import EngineClient
@@ -128,7 +128,7 @@ def test_the_catalog_has_fit_badges_and_the_library_lists_and_pairs_local_files(
     job = panel.import_file(bad)
     qtbot.waitUntil(lambda: "Could not import notes.gguf" in panel.message.text(), timeout=SCAN_MS)
     job.wait()
-    assert download.read_manifest(tmp_path / "models") == {}
+    assert manifest.read(tmp_path / "models") == {}
 
     _import(qtbot, panel, gemma_path)
     rows = {m.path: m for m in panel.local.models}
@@ -183,7 +183,7 @@ def test_a_pair_downloads_pauses_resumes_and_a_cancel_leaves_nothing(
     drafter = download.library_path(models, drafter_repo, GEMMA_FILE)
     assert done.args == ["gemma-test", [str(target), str(drafter)]]
     assert target.stat().st_size == drafter.stat().st_size == GEMMA_270M.size
-    assert {e["sha256"] for e in download.read_manifest(models).values()} == {GEMMA_270M.sha256}
+    assert {e["sha256"] for e in manifest.read(models).values()} == {GEMMA_270M.sha256}
     # the resume fetched only the rest (a fresh start would have sent the kept bytes twice)
     assert fake_hub.bytes_sent(target_repo, GEMMA_FILE) < GEMMA_270M.size + kept
     assert any(re.match(r"downloading \d+% of 483 MiB at [\d.]+ MiB/s", s) for s in seen)
