@@ -77,6 +77,73 @@ def test_frozen_engine_answers(frozen_engine: str) -> None:
     assert body["usage"]["completion_tokens"] > 0
 
 
+def _frozen_answer(exe: Path, gemma: Path, home: Path, device: str, env: dict[str, str]) -> dict:
+    """One greedy chat answer (16 tokens, logprobs with the top 2) from a frozen engine on `device`."""
+    log = home / f"engine-{device}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(exe), "--engine", "--target", str(gemma), "--no-draft", "--device", device, "--port", "0",
+             "--n-ctx", "1024"],
+            stdout=out, stderr=subprocess.STDOUT, env={**env, "FORESIGHT_HOME": str(home)},
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        port = None
+        while port is None and proc.poll() is None and time.monotonic() < deadline:
+            ready = [ln for ln in log.read_text().splitlines() if ln.startswith("READY port=")]
+            port = int(ready[0].split("=", 1)[1]) if ready else None
+            time.sleep(0.1)
+        assert port, f"the frozen engine did not get READY on {device}: {log.read_text()[-2000:]}"
+        url = f"http://127.0.0.1:{port}"
+        props = httpx.get(f"{url}/props", timeout=30).json()
+        # the first call on lavapipe compiles Vulkan pipelines (about 40 s measured)
+        answer = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 16,
+                  "temperature": 0, "logprobs": True, "top_logprobs": 2},
+            timeout=300,
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        return {"props": props, "choice": answer.json()["choices"][0]}
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def test_frozen_vulkan_runtime_answers_on_lavapipe_as_the_cpu_does(
+    exe: Path, gemma_path: Path, tmp_path: Path
+) -> None:
+    """The bundle's Vulkan backend on Mesa's lavapipe (Vulkan on the CPU, made visible to llama.cpp by
+    GGML_VK_VISIBLE_DEVICES): the device is listed, and its greedy answer equals the CPU's up to a
+    near-tie (where the CPU's top-2 logit margin is below bench.NEAR_TIE)."""
+    env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"}
+    env.pop("PYTHONPATH", None)
+    devices = subprocess.run(
+        [str(exe), "devices", "--json"], capture_output=True, text=True, timeout=180, env=env, check=True
+    )
+    found = json.loads(devices.stdout)
+    if "Vulkan" not in found["build"]:
+        pytest.skip(f"this bundle's llama.cpp has no Vulkan backend ({found['build']})")
+    llama = next(p for p in found["probes"] if p["path"] == "llama.cpp")
+    software = [d for d in llama["devices"] if d["kind"] == "software"]
+    assert software, f"lavapipe not listed: {llama}"
+    assert software[0]["name"].startswith("software Vulkan (CPU)")
+    on_gpu = _frozen_answer(exe, gemma_path, tmp_path / "vk", "gpu", env)
+    on_cpu = _frozen_answer(exe, gemma_path, tmp_path / "cpu", "cpu", env)
+    assert on_gpu["props"]["target"]["device"] == "gpu"
+    assert on_cpu["props"]["target"]["device"] == "cpu"
+    vk_tokens = on_gpu["choice"]["logprobs"]["content"]
+    cpu_tokens = on_cpu["choice"]["logprobs"]["content"]
+    for vk, cpu in zip(vk_tokens, cpu_tokens, strict=False):
+        if vk["token"] != cpu["token"]:
+            top = cpu["top_logprobs"]
+            margin = top[0]["logprob"] - top[1]["logprob"]  # log-softmax differences are logit differences
+            assert margin < 0.5, f"parted at {cpu['token']!r} vs {vk['token']!r} with margin {margin:.3f}"
+            break
+    else:
+        assert on_gpu["choice"]["message"]["content"] == on_cpu["choice"]["message"]["content"]
+
+
 def test_frozen_gui_smoke(exe: Path, gemma_path: Path, tmp_path: Path) -> None:
     """The frozen window opens, starts its own engine (the executable again, with --engine), and gets
     one real answer through its own client."""
