@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.catalog import fit
+from app.catalog import fit, gguf
 from app.catalog.fit import CONTEXT_TIERS as FIT_TIERS
 from app.catalog.fit import GIB, PairNeed
 from app.config import Settings
@@ -216,7 +216,10 @@ def settle(
     if devices is None:
         devices = probe.discover(paths=probe.PLACEMENT_PROBES).devices()
     drafter = draft if settings.draft.mode in ("auto", "model") else None
-    need = need_of(target, drafter, settings.engine.mmproj)
+    try:
+        need = need_of(target, drafter, settings.engine.mmproj)
+    except (gguf.GGUFError, OSError, ValueError):
+        return settings, None  # unreadable: the load that follows fails with the file's name and why
     placed = place(devices, need, user_choice(settings))
     return apply(settings, placed), placed
 
