@@ -83,6 +83,24 @@ def _call_with_object_arguments(call: Any) -> Any:
     return dict(call, function=dict(function, arguments=arguments))
 
 
+CONTINUE_PARAM = "continue_final_message"
+
+
+def continued(messages: Sequence[Message]) -> tuple[list[Message], str]:
+    """To continue a final assistant message (an answer cut short): the messages before it, and its text.
+
+    The template renders those messages and opens the assistant's turn as for a new reply; the text
+    follows, the turn left open, so the model carries on from where the answer stopped (the prompt it
+    was answering, plus what it had written: the engine's cached tokens still match it)."""
+    if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "assistant":
+        refusal = InvalidRequest(
+            f"{CONTINUE_PARAM}: the last message must be the assistant's, the answer to continue"
+        )
+        refusal.param = CONTINUE_PARAM  # type: ignore[attr-defined]
+        raise refusal
+    return list(messages[:-1]), message_text(messages[-1].get("content"))
+
+
 class ChatFormat:
     """Renders messages to prompt text; `source` says which format is used (reported in /props)."""
 

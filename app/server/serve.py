@@ -1,4 +1,5 @@
-"""`python -m app serve`: the private listener answers while the models load, READY, and a clean SIGTERM."""
+"""`python -m app serve`: the private listener answers while the models load, READY, a clean SIGTERM, and
+an end with the window that started it (app.server.parent; its lock file in app.lockfile)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import signal
 import sys
 from collections.abc import Callable
 
+from app import lockfile
 from app.config import ConfigError, Settings
+from app.server import assembly, parent
 from app.server.admin import Admin, engine_loader, mount
 from app.server.hosts import is_loopback
 from app.server.listeners import Listener, bind
@@ -67,6 +70,9 @@ async def _run(private: Listener, admin: Admin, worker: Worker) -> bool:
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
+    parent_pid = getattr(args, "parent_pid", None)
+    if parent_pid:  # started by a window: end with it
+        parent.watch(parent_pid)
     api_key = os.environ.pop(API_KEY_ENV, None) or None  # child processes need not see it
     token = admin_token(getattr(args, "token_stdin", False))
     host = settings.server.host
@@ -78,7 +84,11 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"the admin routes are served on loopback only, not on {host}")
 
     sock = bind(host, settings.server.port)
-    loader = engine_loader(settings, args.target, getattr(args, "draft", None))
+    # a window's engine says who it is, so that a later window can end it if it outlives this one
+    port = sock.getsockname()[1]
+    lock = lockfile.write(lockfile.EngineRecord.for_this_process(port, token, parent_pid)) if token else None
+    draft = getattr(args, "draft", None)
+    loader = assembly.reporting(engine_loader(settings, args.target, draft), args.target, draft)
     worker = Worker(loader, settings.server.queue_size)
     app = create_app(worker, settings, api_key, sock.getsockname()[1], admin_token=token)
     admin = Admin(worker, settings)
@@ -91,6 +101,8 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         stopped = worker.stop(STOP_TIMEOUT_S)
         sock.close()
+        if lock is not None:
+            lock.unlink(missing_ok=True)
     if not stopped:
         # The engine thread is inside a model load, which cannot be interrupted; letting the interpreter
         # shut down around it crashed (SIGSEGV). The OS frees the model's memory.
