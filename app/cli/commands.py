@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the admin token (the GUI's per-launch secret) as one line on stdin; "
         "else FORESIGHT_ADMIN_TOKEN; without one the /admin routes are off",
     )
+    serve.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="the window that started this engine: the engine stops when that process ends",
+    )
 
     devices = sub.add_parser("devices", help="the devices found, why others were not, and the placement")
     devices.add_argument("--json", action="store_true", help="print one JSON object")
