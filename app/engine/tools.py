@@ -62,12 +62,26 @@ class Parsed:
         return Parsed(self.content + other.content, self.calls + other.calls)
 
 
-def parse_call(body: str, index: int) -> ToolCall | None:
-    """A tool call from the JSON inside one block, or None when it is not one."""
+def _call_object(body: str) -> Any:
+    """The JSON of a block; also the doubled-brace form `{{"name": ..., "arguments": {...}}}}` that
+    Qwen2.5-Coder copies from its template's example (the template writes the braces Jinja-escaped)."""
     try:
-        data = json.loads(body)
+        return json.loads(body)
+    except ValueError:
+        pass
+    if not body.startswith("{{"):
+        return None
+    inner = "{" + body.lstrip("{")
+    try:
+        data, end = json.JSONDecoder().raw_decode(inner)
     except ValueError:
         return None
+    return data if inner[end:].strip().strip("}").strip() == "" else None
+
+
+def parse_call(body: str, index: int) -> ToolCall | None:
+    """A tool call from the JSON inside one block, or None when it is not one."""
+    data = _call_object(body.strip())
     if not isinstance(data, dict):
         return None
     name = data.get("name")
@@ -83,18 +97,18 @@ def parse_call(body: str, index: int) -> ToolCall | None:
 class _Block:
     open: str
     close: str
-    offered_only: bool  # counts as a call only when it names an offered tool
 
 
-TAGGED = _Block(OPEN, CLOSE, False)
+TAGGED = _Block(OPEN, CLOSE)
 # Qwen2.5-Coder often writes its call as a fenced JSON block instead (llama.cpp's parser takes it too).
-FENCED = _Block("```json", "```", True)
+FENCED = _Block("```json", "```")
 
 
 class ToolCallParser:
     """Splits model text, fed in pieces of any size, into content and tool calls.
 
-    Calls come in `<tool_call>` blocks, or in ```json blocks that name one of the offered tools. Markup
+    Calls come in `<tool_call>` or ```json blocks, and count only when they name one of the offered
+    tools: a call to any other name stays text, so a client never gets a call it cannot run. Markup
     never reaches the content: a possible start of a block is held until it is decided, and a block
     until its end. Whitespace around calls is dropped (it only separates them). A block that is not a
     call stays in the content as written. The result does not depend on how the text was split, so a
@@ -170,7 +184,7 @@ class ToolCallParser:
     def _call(self, body: str) -> ToolCall | None:
         assert self._inside is not None
         call = parse_call(body.strip(), self._n_calls)
-        if call is None or (self._inside.offered_only and call.name not in self._offered):
+        if call is None or call.name not in self._offered:
             return None
         self._inside = None
         self._n_calls += 1

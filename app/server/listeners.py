@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from app.config import ConfigError
 from app.server.hosts import WILDCARD_BINDS, as_host
-from app.server.routes import AppState
+from app.server.state import AppState
 
 GRACE_S = 3  # a closing listener's open requests get this long before uvicorn cancels them
 
@@ -39,7 +39,6 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
     sock.set_inheritable(True)
     return sock
-
 
 
 class _Server(uvicorn.Server):

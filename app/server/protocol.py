@@ -1,8 +1,7 @@
-"""OpenAI-compatible request and response types of the engine's HTTP API, and its error shape."""
+"""OpenAI-compatible request and response types of chat and text completions, and the model list."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any, Literal
@@ -12,7 +11,6 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
-    ValidationError,
     ValidationInfo,
     field_serializer,
     field_validator,
@@ -20,87 +18,34 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from app.config import SamplingSettings
-from app.engine.errors import EngineError, InvalidRequest
-from app.engine.sampling import SamplingParams
+from app.engine import grammar
 from app.engine.stats import SpecStats
 from app.engine.tools import ToolCall
+from app.server.errors import APIError, error_event, from_engine_error, parse_body
+from app.server.fields import CHAT_IGNORED, COMPLETION_IGNORED, Lenient, Strict, stop_list
+from app.server.jobs import Sampling
+from app.server.worker import Logprob
 
-MAX_BODY_BYTES = 2 * 1024 * 1024
+__all__ = ["APIError", "error_event", "from_engine_error", "parse_body"]  # admin.py's names from here
 
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    503: "server_error",
-}
-
-
-# --- errors -----------------------------------------------------------------------------------------
-class APIError(Exception):
-    """An error answered in OpenAI's shape: {"error": {"message", "type", "code", "param"}}."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        code: str,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        kind = _ERROR_TYPES.get(
-            self.status, "server_error" if self.status >= 500 else "invalid_request_error"
-        )
-        return {"error": {"message": self.message, "type": kind, "code": self.code, "param": self.param}}
-
-
-def from_engine_error(exc: EngineError) -> APIError:
-    """Request errors (bad prompt, too long) are the client's: 400; a failed decode is the server's: 500."""
-    status = 400 if isinstance(exc, InvalidRequest) else 500
-    return APIError(status, str(exc), exc.code, getattr(exc, "param", None))
-
-
-def from_validation_error(exc: ValidationError) -> APIError:
-    first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
-    return APIError(400, f"{param or 'body'}: {first['msg']}", "invalid_request_error", param)
-
-
-def parse_body(model: type[BaseModel], raw: bytes) -> Any:
-    """A request body as `model`; malformed JSON and wrong types are both 400 invalid_request_error."""
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise APIError(400, "the body is not valid JSON", "invalid_request_error") from exc
-        raise from_validation_error(exc) from exc
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+TEXT_PARTS = ("text", "input_text", "output_text", "refusal")
+IMAGE_PARTS = ("image_url", "input_image")
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat; completions allow 5
 
 
 # --- requests ---------------------------------------------------------------------------------------
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # OpenAI clients send fields we do not use
-
-
-class StreamOptions(_Request):
+class StreamOptions(Strict):
     include_usage: bool = False
+    ignored = frozenset({"include_obfuscation"})  # obfuscation pads stream events: nothing to hide here
 
 
-class FunctionCall(_Request):
+class FunctionCall(Lenient):
     name: str = Field(min_length=1)
     arguments: str | dict[str, Any]  # OpenAI sends a JSON string; an object is taken too
 
 
-class ToolCallRequest(_Request):
+class ToolCallRequest(Lenient):
     """A call the assistant made, in the history a client sends back."""
 
     id: str | None = None
@@ -117,16 +62,39 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = None  # a role "tool" message: the call it answers
 
 
-class FunctionDefinition(_Request):
+class FunctionDefinition(Lenient):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule
     description: str | None = None
     parameters: dict[str, Any] | None = None  # a JSON Schema object
     strict: bool | None = None
 
 
-class Tool(_Request):
+class Tool(Lenient):
     type: Literal["function"]
     function: FunctionDefinition
+
+
+class JsonSchemaFormat(Strict):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None  # the grammar follows the schema either way
+
+
+class ResponseFormat(Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def grammar(self, param: str = "response_format") -> grammar.Grammar | None:
+        if self.type == "json_object":
+            return grammar.json_object(param)
+        if self.type == "json_schema":
+            if self.json_schema is None:
+                raise APIError(400, f"{param}: json_schema needs its schema", "invalid_request_error", param)
+            return grammar.json_schema(self.json_schema.json_schema, f"{param}.json_schema.schema")
+        return None
 
 
 def _is_named_choice(choice: Any) -> bool:
@@ -136,17 +104,20 @@ def _is_named_choice(choice: Any) -> bool:
     return isinstance(function, dict) and isinstance(function.get("name"), str)
 
 
-class SamplingRequest(_Request):
+class SamplingRequest(Strict):
     """Fields shared by chat and text completions; unset fields take the server's sampling settings."""
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)  # wins over max_tokens, as OpenAI's newer name
     temperature: float | None = Field(None, ge=0.0, le=5.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)  # extension (llama.cpp servers accept it too)
     min_p: float | None = Field(None, ge=0.0, le=1.0)  # extension
     repeat_penalty: float | None = Field(None, ge=0.0, le=5.0)  # extension
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> -100..100 added to its logit
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: str | list[str] | None = None
     n: Literal[1] = 1
@@ -154,22 +125,30 @@ class SamplingRequest(_Request):
     stream_options: StreamOptions | None = None
     speculative: bool = True  # extension: false decodes plainly (for comparisons)
 
-    def sampling_params(self, defaults: SamplingSettings) -> SamplingParams:
-        return SamplingParams.from_settings(
-            defaults,
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_by_token_id(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (bias or {}).items():
+            if not key.isdigit():
+                raise PydanticCustomError("logit_bias", "keys are token ids, not {key!r}", {"key": key})
+            if not -100.0 <= value <= 100.0:
+                raise PydanticCustomError("logit_bias", "biases lie in -100..100")
+        return bias
+
+    def sampling(self) -> Sampling:
+        return Sampling(
             temperature=self.temperature,
-            top_k=self.top_k,
             top_p=self.top_p,
+            top_k=self.top_k,
             min_p=self.min_p,
             repeat_penalty=self.repeat_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias=tuple((int(k), v) for k, v in (self.logit_bias or {}).items()),
             seed=self.seed,
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            stop=stop_list(self.stop),
         )
-
-    @property
-    def stop_list(self) -> list[str]:
-        if self.stop is None:
-            return []
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
     @property
     def include_usage(self) -> bool:
@@ -177,10 +156,18 @@ class SamplingRequest(_Request):
 
 
 class ChatCompletionRequest(SamplingRequest):
+    ignored = CHAT_IGNORED
+
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
     # "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}
     tool_choice: Any = "auto"
+    response_format: ResponseFormat | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    modalities: list[Literal["text"]] | None = None  # audio output is not served
+    # extension (vLLM's name), private listener only: carry on from the last message, the assistant's
+    continue_final_message: bool = False
 
     @field_validator("tools")
     @classmethod
@@ -193,36 +180,86 @@ class ChatCompletionRequest(SamplingRequest):
     @field_validator("tool_choice")
     @classmethod
     def _choice_of_the_tools(cls, choice: Any, info: ValidationInfo) -> str | dict[str, Any]:
-        if choice is None or choice in ("none", "auto"):
-            return choice or "auto"
-        if choice != "required" and not _is_named_choice(choice):
-            raise PydanticCustomError(
-                "tool_choice",
-                'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
-            )
-        names = [t.function.name for t in info.data.get("tools") or []]
-        if not names:
-            raise PydanticCustomError("tool_choice", "a call is required but no tools are given")
-        if choice == "required":
-            return "required"
-        name = choice["function"]["name"]
-        if name not in names:
-            raise PydanticCustomError(
-                "tool_choice", "function '{name}' is not among the tools", {"name": name}
-            )
-        return {"type": "function", "function": {"name": name}}
+        return tool_choice_of([t.function.name for t in info.data.get("tools") or []], choice)
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _with_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        if top and not info.data.get("logprobs"):
+            raise PydanticCustomError("top_logprobs", "top_logprobs needs logprobs: true")
+        return top
 
     @property
-    def template_tools(self) -> list[dict[str, Any]] | None:
-        """The tools the chat template shows the model; none for tool_choice "none"."""
-        if not self.tools or self.tool_choice == "none":
-            return None
-        return [t.model_dump(exclude_none=True) for t in self.tools]
+    def tool_dicts(self) -> list[dict[str, Any]]:
+        return [t.model_dump(exclude_none=True) for t in self.tools or []]
+
+    @property
+    def logprobs_top(self) -> int | None:
+        """None: no logprobs; else how many alternatives each token lists."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+def tool_choice_of(names: list[str], choice: Any) -> str | dict[str, Any]:
+    """OpenAI's tool_choice checked against the offered names: "auto", "none", "required" or a named one."""
+    if choice is None or choice in ("none", "auto"):
+        return choice or "auto"
+    if choice != "required" and not _is_named_choice(choice):
+        raise PydanticCustomError(
+            "tool_choice",
+            'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+        )
+    if not names:
+        raise PydanticCustomError("tool_choice", "a call is required but no tools are given")
+    if choice == "required":
+        return "required"
+    name = choice["function"]["name"]
+    if name not in names:
+        raise PydanticCustomError("tool_choice", "function '{name}' is not among the tools", {"name": name})
+    return {"type": "function", "function": {"name": name}}
+
+
+def chat_messages(messages: list[ChatMessage], param: str = "messages") -> list[dict[str, Any]]:
+    """Messages for the chat template: roles and content parts checked, each refusal naming its place.
+
+    "developer" (OpenAI's newer name for the system role) is rendered as "system".
+    """
+    out = []
+    for i, message in enumerate(messages):
+        m = message.model_dump(exclude_none=True)
+        if m["role"] not in CHAT_ROLES:
+            raise APIError(
+                400,
+                f"{param}[{i}].role: {m['role']!r} is not a role ({', '.join(CHAT_ROLES)})",
+                "invalid_request_error",
+                f"{param}[{i}].role",
+            )
+        if m["role"] == "developer":
+            m["role"] = "system"
+        if isinstance(m.get("content"), list):
+            check_parts(m["content"], f"{param}[{i}].content")
+        out.append(m)
+    return out
+
+
+def check_parts(parts: list[Any], param: str) -> None:
+    """Text and image parts are read; any other part (audio, files) is refused by name, never dropped."""
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS or kind in IMAGE_PARTS:
+            continue
+        what = {"input_audio": "audio", "file": "file", "input_file": "file"}.get(str(kind))
+        message = f"{what} parts are not supported" if what else f"unknown content part type {kind!r}"
+        raise APIError(400, f"{param}[{j}]: {message}", "invalid_request_error", f"{param}[{j}]")
 
 
 class CompletionRequest(SamplingRequest):
+    ignored = COMPLETION_IGNORED
+
     prompt: str
     suffix: str | None = None  # the text after the gap: fill in the middle (FIM models only)
+    logprobs: int | None = Field(None, ge=0, le=5)  # alternatives listed per token (0: the token's own only)
+    echo: Literal[False] = False  # the prompt is not repeated in the answer
+    best_of: Literal[1] = 1
 
 
 # --- responses --------------------------------------------------------------------------------------
@@ -266,13 +303,41 @@ class ToolCallOut(BaseModel):
         return cls(id=call.id, function=FunctionCallOut(name=call.name, arguments=call.arguments))
 
 
-class ToolCallDelta(ToolCallOut):
+class FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str
+
+
+class ToolCallDelta(BaseModel):
+    """A streamed call: its first delta names it (arguments ""), the next carries the arguments."""
+
     index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+    @model_serializer(mode="wrap")
+    def _set_fields_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        for key in ("id", "type"):
+            if out.get(key) is None:
+                out.pop(key, None)
+        if out["function"].get("name") is None:
+            out["function"].pop("name", None)
+        return out
 
     @classmethod
-    def of(cls, call: ToolCall) -> ToolCallDelta:
-        function = FunctionCallOut(name=call.name, arguments=call.arguments)
-        return cls(index=call.index, id=call.id, function=function)
+    def opening(cls, call: ToolCall) -> ToolCallDelta:
+        return cls(
+            index=call.index,
+            id=call.id,
+            type="function",
+            function=FunctionDelta(name=call.name, arguments=""),
+        )
+
+    @classmethod
+    def arguments(cls, call: ToolCall) -> ToolCallDelta:
+        return cls(index=call.index, function=FunctionDelta(arguments=call.arguments))
 
 
 class ResponseMessage(BaseModel):
@@ -288,11 +353,41 @@ class ResponseMessage(BaseModel):
         return out
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprobOut(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprobOut] | None
+    refusal: None = None
+
+    @classmethod
+    def of(cls, logprobs: list[Logprob] | None) -> ChoiceLogprobs | None:
+        if logprobs is None:
+            return None
+        return cls(content=[_token_logprob(lp) for lp in logprobs])
+
+
+def _top(token: bytes, logprob: float) -> TopLogprob:
+    return TopLogprob(token=token.decode("utf-8", errors="replace"), logprob=logprob, bytes=list(token))
+
+
+def _token_logprob(lp: Logprob) -> TokenLogprobOut:
+    top = [_top(t, v) for t, v in lp.top]
+    return TokenLogprobOut(**_top(lp.token, lp.logprob).model_dump(), top_logprobs=top)
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: ResponseMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class _Response(BaseModel):
@@ -310,18 +405,21 @@ class ChatCompletion(_Response):
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None  # each call whole, once its block has closed
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
     @field_serializer("delta")
     def _delta(self, delta: Delta) -> dict[str, Any]:
-        return delta.model_dump(exclude_none=True)  # OpenAI sends only the fields a delta sets
+        out = delta.model_dump(exclude_none=True)  # OpenAI sends only the fields a delta sets
+        if delta.tool_calls is not None:
+            out["tool_calls"] = [call.model_dump() for call in delta.tool_calls]
+        return out
 
 
 class ChatCompletionChunk(_Response):
@@ -331,11 +429,37 @@ class ChatCompletionChunk(_Response):
     usage: Usage | None = None
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions shape: parallel lists per token, alternatives as {token: logprob}."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+    @classmethod
+    def of(cls, logprobs: list[Logprob] | None, with_top: bool, offset: int = 0) -> CompletionLogprobs | None:
+        if logprobs is None:
+            return None
+        tokens = [lp.token.decode("utf-8", errors="replace") for lp in logprobs]
+        offsets = []
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token)
+        top = [{t.decode("utf-8", errors="replace"): v for t, v in lp.top} for lp in logprobs]
+        return cls(
+            tokens=tokens,
+            token_logprobs=[lp.logprob for lp in logprobs],
+            top_logprobs=top if with_top else None,
+            text_offset=offsets,
+        )
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(_Response):
@@ -361,12 +485,8 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-def error_event(error: APIError) -> str:
-    return f"data: {json.dumps(error.body())}\n\n"
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+def new_id(prefix: str, sep: str = "-") -> str:
+    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
 
 
 def sse(payload: BaseModel | str) -> str:

@@ -13,13 +13,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from app.engine.engine import Engine
 from app.engine.errors import EngineError
 from app.engine.generation import Chunk, GenerationRequest
-from app.engine.sampling import SamplingParams
+from app.engine.grammar import vocab_pointer
+from app.engine.sampling import SamplingParams, TokenLogprob
 from app.engine.stats import SpecStats
 
 log = logging.getLogger("foresight.worker")
@@ -31,7 +32,33 @@ class _End:
 
 
 END: Final = _End()
-Result = Chunk | _End | BaseException
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """An emitted token's log-probability, with the best alternatives: tokens as their bytes."""
+
+    token: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...]
+
+
+@dataclass
+class Piece(Chunk):
+    """A Chunk as the routes get it, with what only the worker can tell them."""
+
+    logprobs: list[Logprob] | None = None  # per token of this piece, when the request asked
+    stop_sequence: str | None = None  # on the last piece: the request's stop string that ended it
+
+
+@dataclass(frozen=True)
+class PromptCount:
+    """The answer to a count-only job: the rendered prompt's length in tokens."""
+
+    tokens: int
+
+
+Result = Piece | PromptCount | _End | BaseException
 Loader = Callable[[Callable[[str], None]], Engine]  # builds an Engine, reporting its stages by name
 
 
@@ -64,8 +91,10 @@ class Job:
     text: str | None = None
     suffix: str | None = None  # with text: fill in the middle between text and suffix
     speculative: bool = True
+    count_only: bool = False  # render the prompt and answer its length (PromptCount), generate nothing
     results: queue.Queue[Result] = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
+    prompt_tokens: int | None = None  # set by the engine thread before the first result
 
 
 @dataclass(frozen=True)
@@ -303,19 +332,30 @@ class Worker:
                 prompt = engine.render_fim(job.text or "", job.suffix)
             else:
                 prompt = engine.render_text(job.text or "")
+            job.prompt_tokens = len(prompt.tokens)
+            log.info("request: %d prompt tokens, at most %d new", len(prompt.tokens), job.max_tokens)
+            if job.count_only:
+                job.results.put(PromptCount(len(prompt.tokens)))
+                job.results.put(END)
+                return
+            params = job.params
+            if params.grammar is not None:
+                params = replace(params, grammar=params.grammar.bound(vocab_pointer(engine.target)))
             request = GenerationRequest(
                 prompt=prompt.tokens,
-                params=job.params,
+                params=params,
                 max_tokens=job.max_tokens,
                 stop=job.stop,
                 draft_prompt=prompt.draft_prompt,
                 speculative=job.speculative,
                 media=prompt.media,
             )
+            pieces = _Pieces(engine, job)
             for chunk in engine.generate(request, job.cancel):
                 if chunk.stats is not None:
                     self.metrics.record(chunk.stats)
-                job.results.put(chunk)
+                    _log_done(chunk.finish_reason, chunk.stats)
+                job.results.put(pieces.of(chunk))
         except Exception as exc:
             self.metrics.failed += 1
             if isinstance(exc, EngineError):
@@ -334,3 +374,50 @@ class Worker:
             self.metrics.kv_cells = engine.target.kv_pos_max() + 1
         except Exception:  # bookkeeping must not end the engine thread
             log.exception("after a request: engine figures unavailable")
+
+
+def _log_done(finish: str | None, stats: SpecStats) -> None:
+    log.info(
+        "request done: %s, %d tokens, %.1f tok/s; %d prompt tokens reused; drafted %d, accepted %d",
+        finish,
+        stats.emitted,
+        stats.tokens_per_second,
+        stats.reused_tokens,
+        stats.drafted,
+        stats.accepted,
+    )
+
+
+class _Pieces:
+    """A generation's chunks as Pieces: each with its tokens' logprobs, the last with its stop string."""
+
+    def __init__(self, engine: Engine, job: Job) -> None:
+        self._engine = engine
+        self._job = job
+        self._trace = job.params.logprobs
+        self._used = 0  # trace entries handed out (the sampler also records a final end-of-generation pick)
+        self._tokens: list[int] = []
+        self._text: list[str] = []
+
+    def of(self, chunk: Chunk) -> Piece:
+        logprobs = None
+        if self._trace is not None:
+            taken = self._trace.tokens[self._used : self._used + len(chunk.tokens)]
+            self._used += len(chunk.tokens)
+            logprobs = [self._resolved(t) for t in taken]
+        self._tokens += chunk.tokens
+        self._text.append(chunk.text)
+        stop = self._stop_sequence() if chunk.finish_reason == "stop" and self._job.stop else None
+        return Piece(
+            chunk.text, chunk.tokens, chunk.from_draft, chunk.finish_reason, chunk.stats, logprobs, stop
+        )
+
+    def _resolved(self, taken: TokenLogprob) -> Logprob:
+        piece = self._engine.target.token_bytes
+        return Logprob(piece(taken.token), taken.logprob, tuple((piece(t), lp) for t, lp in taken.top))
+
+    def _stop_sequence(self) -> str | None:
+        """The request's stop string the text was cut before (None: the model ended, or a template stop)."""
+        whole = b"".join(self._engine.target.token_bytes(t) for t in self._tokens)
+        rest = whole.decode("utf-8", errors="replace")[len("".join(self._text)) :]
+        return next((stop for stop in self._job.stop if stop and rest.startswith(stop)), None)

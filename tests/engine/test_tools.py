@@ -24,7 +24,7 @@ WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\
 TIME = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>'
 # how Qwen2.5-Coder-1.5B answers the server test's question at temperature 0
 FENCED_WEATHER = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
-OFFERED = ("get_weather", "get_time")
+OFFERED = ("get_weather", "get_time", "f")
 NOT_OFFERED = '```json\n{"name": "Ada", "arguments": []}\n```'
 CODE_BLOCKS = "```json\n[1, 2]\n```\nand ```python\nx = 1\n```"
 
@@ -147,7 +147,7 @@ def test_an_unclosed_block_that_is_not_a_call_is_content() -> None:
 
 
 def test_markup_is_never_released_before_it_is_decided() -> None:
-    parser = ToolCallParser()
+    parser = ToolCallParser(OFFERED)
     released = [parser.feed(ch) for ch in f"Checking. {WEATHER}"]
     text = "".join(p.content for p in released)
     assert "<" not in text

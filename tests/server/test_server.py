@@ -209,23 +209,27 @@ def test_bad_input_is_refused_and_the_server_keeps_serving(
 
 
 @pytest.mark.parametrize(
-    ("path", "body", "message"),
+    ("path", "body", "message", "fine"),
     [
-        ("/v1/completions", {"prompt": "def f(", "suffix": "\n"}, "does not support fill-in-the-middle"),
-        (CHAT, {"messages": USER, "tools": [TOOL_F]}, "cannot take tools"),
+        (
+            "/v1/completions",
+            {"prompt": "def f(", "suffix": "\n"},
+            "does not support fill-in-the-middle",
+            {"suffix": ""},  # nothing after the gap: a plain completion
+        ),
+        (CHAT, {"messages": USER, "tools": [TOOL_F]}, "cannot take tools", {"tool_choice": "none"}),
     ],
     ids=["suffix", "tools"],
 )
 def test_what_the_model_cannot_do_is_refused(
-    server: EngineServer, path: str, body: dict[str, Any], message: str
+    server: EngineServer, path: str, body: dict[str, Any], message: str, fine: dict[str, Any]
 ) -> None:
     response = httpx.post(f"{server.url}{path}", json={**body, "max_tokens": 2}, timeout=60)
     assert response.status_code == 400, response.text
     assert error_code(response) == "invalid_request_error"
     assert message in response.json()["error"]["message"]
-    # an empty suffix (nothing after the gap) and tool_choice "none" leave plain requests
-    fine = {**body, "max_tokens": 2, "suffix": "", "tool_choice": "none"}
-    assert httpx.post(f"{server.url}{path}", json=fine, timeout=60).status_code == 200
+    plain = {**body, "max_tokens": 2, **fine}
+    assert httpx.post(f"{server.url}{path}", json=plain, timeout=60).status_code == 200
 
 
 ONE_PIXEL_PNG = base64.b64decode(
@@ -313,9 +317,7 @@ def test_a_client_disconnect_cancels_the_generation(server: EngineServer) -> Non
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
         assert next(lines) == ""
-    t0 = time.monotonic()
-    assert complete(server, max_tokens=2).status_code == 200
-    assert time.monotonic() - t0 < 5.0
+    assert complete(server, max_tokens=2).status_code == 200  # the engine was free again
     generated = (
         metrics(server)["foresight_tokens_generated_total"] - before["foresight_tokens_generated_total"]
     )
