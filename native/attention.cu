@@ -71,7 +71,7 @@ __device__ __forceinline__ void attention_split(const float* __restrict__ q, con
     constexpr int RG = T / DW;                    // output rows handled side by side
     constexpr int RPT = QG / RG;                  // output rows per thread
     constexpr int LPT = TK * C4 / T;              // 4-half loads of K (and of V) per thread and tile
-    static_assert(TK <= 32, "one warp lane per key of a tile in the softmax step");
+    static_assert(TK <= FS_WARP, "one warp lane per key of a tile in the softmax step");
     static_assert(RPT * RG == QG && DW * (C4 / DW) == C4 && C4 / DW == 1 && LPT * T == TK * C4, "tile shape");
 
     __shared__ __align__(16) float q_s[QG * QS];

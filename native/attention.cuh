@@ -65,6 +65,7 @@ __device__ __forceinline__ float fs_half_bits_to_float(u32 h) {
 #ifndef FS_ATTN_TILE_FLOATS
 #error "FS_ATTN_TILE_FLOATS is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
 #endif
+static_assert(FS_ATTN_THREADS % FS_WARP == 0 && FS_ATTN_COMBINE_THREADS % FS_WARP == 0, "blocks of whole warps");
 
 // Per head_dim HD: query vectors per block (QG) and keys per shared-memory tile (TK); both HD * X = 2048
 // floats, so a block's shared memory stays near 25-31 KB for HD = 64, 128, 256 (two blocks fit a Turing SM).

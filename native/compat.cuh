@@ -1,17 +1,53 @@
-// One place for what differs between CUDA (NVRTC) and HIP (hipRTC): warp size, shuffles, intrinsics.
+// One place for what differs between CUDA (NVRTC) and HIP (hipRTC): warp size, shuffles, warp sync.
 // Sources are compiled at run time without host headers: no <cstdint>, <cmath> or <cuda_fp16.h> here.
 #pragma once
 
-#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
+#if defined(__HIP__) || defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
 #define FS_HIP 1
-#define FS_WARP 64
-#define FS_SHFL_XOR(v, m) __shfl_xor((v), (m), FS_WARP)
-#define FS_SHFL(v, lane) __shfl((v), (lane), FS_WARP)
 #else
 #define FS_HIP 0
+#endif
+
+// The warp size: 32 on NVIDIA; on AMD the target's wavefront, 32 on RDNA (gfx10, gfx11) and 64 on CDNA and
+// GCN (gfx9), as the compiler says. FS_WARP_SIZE is the size the launches are shaped for (runtime.py passes
+// the device's own); a kernel compiled for another size does not compile.
+#ifndef FS_WARP_SIZE
+#error "FS_WARP_SIZE is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
+#endif
+#if !FS_HIP
 #define FS_WARP 32
+#elif !defined(__HIP_DEVICE_COMPILE__)
+// The host pass of an offline HIP compile generates no kernel code (and clang 15 says 64 there whatever
+// the target): the launches' size stands.
+#define FS_WARP FS_WARP_SIZE
+#elif defined(__AMDGCN_WAVEFRONT_SIZE__)
+#define FS_WARP __AMDGCN_WAVEFRONT_SIZE__
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
+#define FS_WARP __AMDGCN_WAVEFRONT_SIZE
+#else
+#error "the HIP compiler does not say the target's wavefront size"
+#endif
+static_assert(FS_WARP == FS_WARP_SIZE, "compiled for a warp size other than the one the launches assume");
+static_assert(FS_WARP == 32 || FS_WARP == 64, "warps of 32 or 64 lanes");
+// fs_block_sum / fs_block_max keep one float per warp of a block of up to 1024 threads in 32 floats.
+static_assert(1024 / FS_WARP <= 32, "a block's warps fit the 32-float scratch");
+
+#if FS_HIP
+#define FS_SHFL_XOR(v, m) __shfl_xor((v), (m), FS_WARP)
+#define FS_SHFL(v, lane) __shfl((v), (lane), FS_WARP)
+// A wavefront runs in lockstep, but the compiler may move shared-memory accesses across a point where the
+// lanes exchange data through it: a fence (release, acquire) at wavefront scope around a wave barrier, as
+// __syncwarp is on NVIDIA (and in later ROCm releases).
+#define FS_SYNCWARP()                                            \
+    do {                                                         \
+        __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");   \
+        __builtin_amdgcn_wave_barrier();                         \
+        __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");   \
+    } while (0)
+#else
 #define FS_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), FS_WARP)
 #define FS_SHFL(v, lane) __shfl_sync(0xffffffffu, (v), (lane), FS_WARP)
+#define FS_SYNCWARP() __syncwarp()
 #endif
 
 typedef signed char i8;

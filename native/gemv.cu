@@ -63,6 +63,7 @@ struct FsStage {
     static constexpr int ROW_BYTES = NCH * 16 + 16;              // + slack for the 2-byte-aligned over-read
     static constexpr int WARP_BYTES = FS_GEMV_RPW * ROW_BYTES;   // one warp's buffer for one step
     static constexpr int SMEM = Q::STAGED ? FS_GEMV_PF * FS_GEMV_WARPS * WARP_BYTES : 16;
+    static_assert(FS_GEMV_STEP % Q::QK == 0, "a step starts and ends on block boundaries");
 };
 
 // 16 bytes global -> shared; zeros where !valid (src must still be a valid address).

@@ -33,10 +33,6 @@
 #endif
 static_assert(FS_PIECE == 16, "a piece decoder turns 16 weights (4 quarters of 4) into floats");
 
-#ifndef FS_SYNCWARP
-#define FS_SYNCWARP() __syncwarp()
-#endif
-
 // Block layouts (bytes), from ggml-common.h:
 //   Q4_0  (32 w, 18 B): f16 d | u8 qs[16]                  w[j] = d*((qs[j]&15)-8), w[j+16] = d*((qs[j]>>4)-8)
 //   Q5_0  (32 w, 22 B): f16 d | u8 qh[4] | u8 qs[16]       as Q4_0 with bit j of qh (u32 LE) as bit 4, minus 16

@@ -10,6 +10,7 @@
 #ifndef FS_TOPK_PER_THREAD
 #error "FS_TOPK_PER_THREAD is not defined: compile with the -D defines of app/engine/kernels/runtime.py"
 #endif
+static_assert(FS_ARGMAX_THREADS % FS_WARP == 0, "an argmax block is whole warps");
 
 // Does (va, ia) come before (vb, ib) in numpy.argmax's order?
 __device__ __forceinline__ bool fs_argmax_better(float va, i32 ia, float vb, i32 ib) {
@@ -22,8 +23,8 @@ __device__ __forceinline__ bool fs_argmax_better(float va, i32 ia, float vb, i32
 
 // Every thread's (v, i) becomes the block's best; blockDim.x == FS_ARGMAX_THREADS.
 __device__ __forceinline__ void fs_argmax_block(float& v, i32& i) {
-    __shared__ float val_s[FS_ARGMAX_THREADS / 32];
-    __shared__ i32 idx_s[FS_ARGMAX_THREADS / 32];
+    __shared__ float val_s[FS_ARGMAX_THREADS / FS_WARP];
+    __shared__ i32 idx_s[FS_ARGMAX_THREADS / FS_WARP];
 #pragma unroll
     for (int m = FS_WARP / 2; m > 0; m >>= 1) {
         const float ov = FS_SHFL_XOR(v, m);

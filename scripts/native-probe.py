@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from app.cli.backend_bench import bytes_per_token
+from app.cli.backend_bench import bound, bytes_per_token
 from app.engine.backends.native import NativeBackend
 from app.engine.kernels.reference import ReferenceModel
 from app.engine.sampling import Candidates, Sampler, SamplingParams
 
 
-def probe(path: Path, n_tokens: int, reference: bool, bandwidth: float) -> dict:
+def probe(path: Path, n_tokens: int, reference: bool, bandwidth: float | None) -> dict:
     out: dict = {"model": path.name}
     t0 = time.perf_counter()
     backend = NativeBackend(path, n_ctx=2048, tokenizer=False)
@@ -56,7 +56,10 @@ def probe(path: Path, n_tokens: int, reference: bool, bandwidth: float) -> dict:
     out["tok_s"] = round(len(steps) / sum(steps), 1)
     out["step_ms"] = round(step * 1e3, 4)
     out["gb_s"] = round(bytes_per_token(path) / step / 1e9, 1)
-    out["bound_share"] = round(out["gb_s"] / bandwidth, 3)
+    limit = bound(bandwidth, backend.main_gpu)
+    out["bandwidth_gb_s"] = round(limit.gb_s, 1) if limit.gb_s else None
+    out["bandwidth_source"] = limit.source
+    out["bound_share"] = round(out["gb_s"] / limit.gb_s, 3) if limit.gb_s else None
     verify = {}
     n_keep = len(backend.kv_tokens)
     for k in range(1, 17):
@@ -103,7 +106,7 @@ def main() -> None:
     ap.add_argument("models", type=Path, nargs="+")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reference", action="store_true", help="also compare logits with reference.py")
-    ap.add_argument("--bandwidth", type=float, default=4800.0, help="GB/s of the GPU")
+    ap.add_argument("--bandwidth", type=float, default=None, help="GB/s of the GPU (default: its own)")
     a = ap.parse_args()
     for path in a.models:
         try:

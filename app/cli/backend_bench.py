@@ -4,7 +4,8 @@
 file, decodes the same prompt greedily, times verify passes of k = 1..16 tokens after the same prefix, and
 is closed before the next loads. Both greedy answers are compared token for token. The bandwidth figure
 is the bytes of weights one decode step reads (every matrix but the token embedding, of which it reads
-one row) over the step's time; the bound is the GPU's memory bandwidth.
+one row) over the step's time; the bound is the GPU's memory bandwidth: the device's own (NVML's peak, or a
+measured copy where NVML cannot say), or --bandwidth.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from app.devices.bandwidth import Bandwidth, device_bandwidth
 from app.engine.backends.native import read_model_header
 
 PROMPT = (
@@ -126,22 +128,32 @@ def _margin_at(backend: str, path: Path, answer: list[int], at: int) -> float:
         target.close()
 
 
+def bound(bandwidth_gb_s: float | None, gpu: int = 0) -> Bandwidth:
+    """--bandwidth where given, else the device's own."""
+    if bandwidth_gb_s:
+        return Bandwidth(bandwidth_gb_s * 1e9, "--bandwidth")
+    return device_bandwidth(gpu)
+
+
 def compare(
     path: Path,
     backends: list[str],
     n_tokens: int,
     as_json: bool,
-    bandwidth_gb_s: float,
+    bandwidth_gb_s: float | None = None,
     widths: tuple[int, ...] = VERIFY_WIDTHS,
     repeats: int = 12,
 ) -> list[dict]:
     results = []
     per_token = bytes_per_token(path)
+    limit = bound(bandwidth_gb_s)
     for backend in backends:
         r = profile_backend(backend, path, n_tokens, widths=widths, repeats=repeats)
+        r["bandwidth_gb_s"] = round(limit.gb_s, 1) if limit.gb_s else None
+        r["bandwidth_source"] = limit.source
         if r["step_ms"]:
             r["gb_s"] = round(per_token / (r["step_ms"] / 1e3) / 1e9, 1)
-            r["bound_share"] = round(r["gb_s"] / bandwidth_gb_s, 3) if bandwidth_gb_s else None
+            r["bound_share"] = round(r["gb_s"] / limit.gb_s, 3) if limit.gb_s else None
         results.append(r)
     base = results[0]
     for r in results[1:]:
@@ -157,6 +169,10 @@ def compare(
             print(json.dumps({k: v for k, v in r.items() if k != "answer"}), flush=True)
         return results
     print(f"model: {path.name}; weights read per token: {per_token / 1e6:.1f} MB")
+    if limit.gb_s:
+        print(f"bound: {limit.gb_s:.0f} GB/s of memory bandwidth ({limit.source})")
+    else:
+        print(f"bound: none ({limit.source})")
     for r in results:
         ratio = next((v for k, v in r.items() if k.startswith("speedup_vs_")), None)
         diff = next((v for k, v in r.items() if k.startswith("first_difference_vs_")), "-")

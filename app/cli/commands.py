@@ -96,7 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare backends on the target instead (e.g. llama,native): decode tok/s, verify cost, GB/s",
     )
     bench.add_argument(
-        "--bandwidth", type=float, default=4800.0, help="the GPU's memory bandwidth in GB/s (--backends)"
+        "--bandwidth",
+        type=float,
+        default=None,
+        help="the GPU's memory bandwidth in GB/s for --backends (default: the device's own, from NVML or a "
+        "measured copy)",
     )
 
     serve = sub.add_parser("serve", help="the engine process: an OpenAI-compatible HTTP API (READY port=<n>)")

@@ -13,6 +13,7 @@ from typing import Any
 from app import paths
 from app.config import Settings
 from app.engine.backends.base import Backend
+from app.engine.backends.choice import BackendChoice, choose_backend
 from app.engine.backends.llama import LlamaBackend
 from app.engine.backends.native import MAX_WIDTH as NATIVE_MAX_WIDTH
 from app.engine.backends.native import NativeBackend, native_support
@@ -115,6 +116,7 @@ class Engine:
         report = progress or (lambda stage: None)
         report("loading target")
         self.backend_reason = ""
+        self.backend_choice: BackendChoice | None = None  # auto's measured choice for the target
         self.target = self._load_target(Path(target))
         self.draft_model: Backend | None = None
         self.draft_backend_reason = ""
@@ -161,19 +163,35 @@ class Engine:
         native, self.backend_reason = _native_or_why_not(
             path, es.backend, self._native_refusal(path), es.n_ctx
         )
-        if native is not None:
+
+        def llama() -> Backend:
+            return LlamaBackend(
+                path,
+                n_ctx=es.n_ctx,
+                n_batch=es.n_batch,
+                n_threads=es.n_threads,
+                device=es.device,
+                gpu_layers=es.gpu_layers,
+                tensor_split=es.tensor_split,
+                device_argmax=es.device_argmax,
+                flash_attn=es.flash_attn,
+            )
+
+        if native is None:
+            return llama()
+        if es.backend == "native":
             return native
-        return LlamaBackend(
-            path,
-            n_ctx=es.n_ctx,
-            n_batch=es.n_batch,
-            n_threads=es.n_threads,
-            device=es.device,
-            gpu_layers=es.gpu_layers,
-            tensor_split=es.tensor_split,
-            device_argmax=es.device_argmax,
-            flash_attn=es.flash_attn,
+        # auto: our kernels only where they serve this model sooner than llama.cpp, as timed on this device
+        ds = self.settings.draft
+        model, self.backend_choice = choose_backend(
+            native,
+            lambda: NativeBackend(path, n_ctx=es.n_ctx),
+            llama,
+            width=ds.max_draft + 1 if ds.mode != "none" else 1,
+            settings=f"b{es.n_batch}:fa-{es.flash_attn}:argmax-{es.device_argmax}",
         )
+        self.backend_reason = self.backend_choice.reason
+        return model
 
     def _native_refusal(self, path: Path) -> str | None:
         """Why the native backend cannot take this target with these settings (None: it can)."""
@@ -350,6 +368,7 @@ class Engine:
                 "threads": t.n_threads,
                 "backend": t.backend_name,
                 "backend_reason": self.backend_reason,
+                "backend_choice": self.backend_choice.as_dict() if self.backend_choice else None,
             },
             "chat_template": self.chat.source,
             "capabilities": {

@@ -191,3 +191,22 @@ def test_speculative_decoding_on_the_native_backend_is_exact(
         assert stats.accepted > 0
         label = f"{target_backend} target, {mode} drafts ({draft_backend})"
         print(f"\n{label}: acceptance {stats.acceptance_rate:.3f}, parted at {diff}")
+
+
+@pytest.mark.gpu
+@gpu
+def test_auto_times_both_backends_once_and_keeps_the_faster(gemma_path: Path) -> None:
+    settings = _settings("auto", "ngram", 8, "gpu")
+    with Engine(gemma_path, None, settings) as engine:
+        target = engine.props()["target"]
+    choice = target["backend_choice"]
+    assert choice is not None, target["backend_reason"]
+    assert target["backend"] == choice["backend"]
+    assert choice["native"]["width"] == choice["llama"]["width"] == 9
+    assert min(choice["native"]["verify_ms"], choice["llama"]["verify_ms"]) > 0
+    assert f"{choice['native_speedup']:.2f}x" in target["backend_reason"]
+    print(f"\nauto on {gemma_path.name}: {target['backend']}; {target['backend_reason']}")
+    with Engine(gemma_path, None, settings) as engine:  # the next load reads the timings back
+        again = engine.props()["target"]
+    assert again["backend_choice"]["cached"]
+    assert again["backend"] == target["backend"]

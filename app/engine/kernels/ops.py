@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, is_hip, launch
+from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, launch, warp_size
 
 # Shared with the kernels through runtime.KERNEL_CONSTANTS (their -D defines).
 ATTN_THREADS = KERNEL_CONSTANTS["FS_ATTN_THREADS"]
@@ -342,7 +342,7 @@ def qk_norm_rope_store(
         np.float64(freq_scale),
         _i32(1 if neox else 0),
     )
-    warp = 64 if is_hip() else 32
+    warp = warp_size()
     threads = -(-(hd // 2) // warp) * warp  # whole warps, for the block sum
     launch("qkv", "qk_norm_rope_store_f32", (n, min(hq + hk, QKV_HEAD_BLOCKS)), (threads,), args)
 

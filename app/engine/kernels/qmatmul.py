@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, is_hip, launch
+from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, launch, warp_size
 
 
 @dataclass(frozen=True)
@@ -43,26 +43,18 @@ PIECE = KERNEL_CONSTANTS["FS_PIECE"]  # a row is decoded PIECE weights at a time
 MAX_BATCH = KERNEL_CONSTANTS["FS_GEMV_MAX_BATCH"]  # rows of x per launch; more run as several launches
 GET_ROWS_THREADS = KERNEL_CONSTANTS["FS_GET_ROWS_THREADS"]
 # Shared memory for the staged rows of x: b * xt * 4 bytes, beside the weights' staging buffers (up to
-# 27 KiB: FS_GEMV_PF steps of 4 warps x 4 rows), within the 48 KiB a kernel gets without an opt-in.
+# 27 KiB: FS_GEMV_PF steps of 4 warps x 4 rows), within the 48 KiB a kernel gets without an opt-in. On
+# wave64 a tile is at least one step of 1024 elements, up to 32 KiB for 8 rows of x: beside the staging
+# of 2 warps (26 KiB) that fits the 64 KiB of an AMD workgroup.
 X_TILE_BYTES = 16384
 # Slack after the blocks: the kernels read 2-byte-aligned fields as aligned words, up to 2 bytes past a
 # field, and round staged copies to 16 bytes.
 PAD_BYTES = 16
 
-_warp_size: int | None = None
-
-
 def _cupy() -> Any:
     import cupy
 
     return cupy
-
-
-def _warp() -> int:
-    global _warp_size
-    if _warp_size is None:
-        _warp_size = 64 if is_hip() else 32
-    return _warp_size
 
 
 def rows_per_block(warp: int = 32) -> int:
@@ -193,7 +185,7 @@ def matmul(x: Any, weight: DeviceWeight, out: Any, bias: Any = None, accumulate:
         check("bias", bias, (weight.n_out,), "float32")
         _check_device("bias", bias)
         bias_arg = bias
-    warp = _warp()
+    warp = warp_size()
     grid = (-(-weight.n_out // rows_per_block(warp)),)
     block = (GEMV_THREADS,)
     for c0 in range(0, n_b, MAX_BATCH):

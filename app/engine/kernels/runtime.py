@@ -1,8 +1,8 @@
 """Our CUDA/HIP kernels from native/: compiled at first use by CuPy (NVRTC / hipRTC), cached, checked.
 
 Compiler flags and the kernels' shared constants live here and nowhere else: the runtime compile (CuPy)
-and the offline check with nvcc (tests/engine/kernels/test_native_compile.py) both take them from
-`compile_options` / `nvcc_command`.
+and the offline checks with nvcc and hipcc (tests/engine/kernels/test_native_compile.py) all take them
+from `compile_options`, `nvcc_command` and `hipcc_command`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from app.resources import shipped
 NATIVE_DIR = shipped("native")
 # Architectures every source must compile for offline: Turing (RTX 20), Ampere (RTX 30), Hopper (H100/H200).
 NVCC_ARCHS = ("sm_75", "sm_86", "sm_90")
+# AMD targets every source must compile for offline, with their wavefront size: RDNA2 (RX 6000) runs wave32,
+# CDNA2 (MI200) wave64. (ROCm 5.2, Debian 12's hipcc, has no device library for gfx1100.)
+HIPCC_ARCHS = {"gfx1030": 32, "gfx90a": 64}
 # No fast math: the kernels are checked against the NumPy reference, and llama.cpp's CUDA build keeps
 # precise expf/tanhf too. C++17 for `if constexpr` in the block decoders.
 NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
@@ -58,9 +61,10 @@ def native_sources() -> list[Path]:
     return sorted(NATIVE_DIR.glob("*.cu"))
 
 
-def kernel_defines() -> tuple[str, ...]:
-    """-D defines of every compile: the table."""
-    return tuple(f"-D{name}={value}" for name, value in KERNEL_CONSTANTS.items())
+def kernel_defines(warp: int) -> tuple[str, ...]:
+    """-D defines of every compile: the table, and the warp size the launches are shaped for (compat.cuh
+    refuses to compile for a target whose warps differ)."""
+    return (*(f"-D{name}={value}" for name, value in KERNEL_CONSTANTS.items()), f"-DFS_WARP_SIZE={warp}")
 
 
 def _headers_digest() -> str:
@@ -72,12 +76,12 @@ def _headers_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def compile_options(hip: bool) -> tuple[str, ...]:
-    """Options of the runtime compile (NVRTC, or hipRTC under ROCm's CuPy)."""
+def compile_options(hip: bool, warp: int) -> tuple[str, ...]:
+    """Options of the runtime compile (NVRTC, or hipRTC under ROCm's CuPy) for a device of `warp` lanes."""
     return (
         *(HIPRTC_OPTIONS if hip else NVRTC_OPTIONS),
         f"-I{NATIVE_DIR}",
-        *kernel_defines(),
+        *kernel_defines(warp),
         f"-DFS_HEADERS_DIGEST=0x{_headers_digest()}",
     )
 
@@ -90,13 +94,39 @@ def nvcc_command(source: Path, arch: str, output: Path, defines: Sequence[str] |
         "-std=c++17",
         f"-arch={arch}",
         f"-I{NATIVE_DIR}",
-        *(kernel_defines() if defines is None else defines),
+        *(kernel_defines(32) if defines is None else defines),
         "-Xcompiler",
         "-Wall",
         "-o",
         str(output),
         str(source),
     ]
+
+
+def hipcc_command(source: Path, arch: str, output: Path, defines: Sequence[str] | None = None) -> list[str]:
+    """The offline compile of one source for an AMD GPU, as hipRTC compiles it at run time: HIP's runtime
+    header included first, this arch's wavefront size as FS_WARP_SIZE. Run it with HIP_PLATFORM=amd
+    (`hipcc_environment`): where nvcc is on PATH, hipcc targets NVIDIA otherwise."""
+    return [
+        "hipcc",
+        "-c",
+        "-x",
+        "hip",
+        "-include",
+        "hip/hip_runtime.h",
+        "-std=c++17",
+        f"--offload-arch={arch}",
+        f"-I{NATIVE_DIR}",
+        *(kernel_defines(HIPCC_ARCHS[arch]) if defines is None else defines),
+        "-Wall",
+        "-o",
+        str(output),
+        str(source),
+    ]
+
+
+def hipcc_environment() -> dict[str, str]:
+    return {**os.environ, "HIP_PLATFORM": "amd"}
 
 
 def _cupy() -> Any:
@@ -112,6 +142,19 @@ def _cupy() -> Any:
 def is_hip() -> bool:
     cupy = _cupy()
     return bool(getattr(cupy.cuda.runtime, "is_hip", False))
+
+
+_warp_sizes: dict[int, int] = {}
+
+
+def warp_size() -> int:
+    """Lanes of a warp on the current device: 32 on NVIDIA and on AMD's RDNA, 64 on AMD's CDNA and GCN."""
+    cupy = _cupy()
+    device = int(cupy.cuda.Device().id)
+    size = _warp_sizes.get(device)
+    if size is None:
+        size = _warp_sizes[device] = int(cupy.cuda.Device(device).attributes["WarpSize"])
+    return size
 
 
 class KernelLibrary:
@@ -147,7 +190,7 @@ class KernelLibrary:
         if not path.is_file():
             raise KernelError(f"no kernel source {path}")
         os.environ.setdefault("CUPY_CACHE_DIR", str(paths.cache_dir() / "kernels"))
-        options = compile_options(is_hip())
+        options = compile_options(is_hip(), warp_size())
         try:
             mod = cupy.RawModule(code=path.read_text(), options=options, backend="nvrtc")
             mod.compile()

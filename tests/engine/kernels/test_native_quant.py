@@ -34,7 +34,7 @@ ALL_TYPES = (Q4_K, Q5_0, Q6_K, Q8_0, F16, F32, Q5_K, BF16, Q4_0)
 MIN_TYPES = (Q4_0, Q5_0, Q8_0, Q6_K)  # no min: decoded bit for bit
 WARP = 32
 STEP = WARP * 16  # elements of a row per warp step (FS_GEMV_STEP)
-GEMV_PF = 3  # staging buffers per warp (FS_GEMV_PF)
+GEMV_PF = runtime.KERNEL_CONSTANTS["FS_GEMV_PF"]  # staging buffers per warp
 
 
 def _name(ggml_type: int) -> str:
@@ -119,10 +119,10 @@ LAYOUTS = {
 }
 
 
-def stage_geometry(ggml_type: int) -> tuple[int, int, int]:
+def stage_geometry(ggml_type: int, warp: int = WARP) -> tuple[int, int, int]:
     """FsStage: bytes of a row per step, 16-byte chunks staged, bytes of a row's staging buffer."""
     lay = LAYOUTS[ggml_type]
-    sb = lay.ts * (STEP // lay.qk)
+    sb = lay.ts * (warp * 16 // lay.qk)
     nch = (sb + 14 + 15) // 16
     return sb, nch, nch * 16 + 16
 
@@ -437,9 +437,18 @@ def test_stage_geometry_covers_every_alignment() -> None:
         # the step's bytes at the worst 2-byte misalignment, plus the 2-byte over-read, fit the buffer
         assert 14 + sb <= 16 * nch
         assert 14 + sb + 2 <= row_buf
-    # FS_GEMV_PF steps of weight staging + the largest x tile fit 48 KiB of shared memory
-    largest = max(GEMV_PF * 4 * 4 * stage_geometry(t)[2] for t, lay in LAYOUTS.items() if lay.staged)
-    assert largest + qmatmul.X_TILE_BYTES <= 48 * 1024
+
+
+# NVIDIA (warps of 32) gives a block 48 KiB of shared memory without an opt-in; AMD a workgroup 64 KiB,
+# for wave32 (RDNA) and wave64 (CDNA) alike.
+@pytest.mark.parametrize(("warp", "budget"), [(32, 48 * 1024), (64, 64 * 1024)])
+def test_the_staging_and_the_largest_x_tile_fit_shared_memory(warp: int, budget: int) -> None:
+    warps = qmatmul.GEMV_THREADS // warp
+    assert qmatmul.rows_per_block(warp) == warps * qmatmul.GEMV_RPW
+    per_row = max(stage_geometry(t, warp)[2] for t, lay in LAYOUTS.items() if lay.staged)
+    staging = GEMV_PF * warps * qmatmul.GEMV_RPW * per_row
+    x_tile = max(rows * qmatmul.x_tile(rows, 18944, warp) * 4 for rows in range(1, qmatmul.MAX_BATCH + 1))
+    assert staging + x_tile <= budget
 
 
 def test_x_slots_are_a_conflict_free_permutation() -> None:
