@@ -135,12 +135,21 @@ class ModelsSettings(Section):
         return paths.models_dir()
 
 
+class AppearanceSettings(Section):
+    """How the desktop window looks."""
+
+    theme: Literal["system", "light", "dark"] = Field(
+        "system", description="the window's colours: the system's, or always light, or always dark"
+    )
+
+
 class Settings(Section):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     draft: DraftSettings = Field(default_factory=DraftSettings)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     models: ModelsSettings = Field(default_factory=ModelsSettings)
+    appearance: AppearanceSettings = Field(default_factory=AppearanceSettings)
 
 
 class ConfigError(ValueError):

@@ -7,6 +7,7 @@ Ready-to-paste settings for editors and tools are built from the listener's addr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import shlex
@@ -20,6 +21,7 @@ from app.keystore import KEYRING_SERVICE, TokenStore
 API_KEY_USER = "api-key"
 LAN_HOST = "0.0.0.0"
 LOOPBACK = "127.0.0.1"
+MASK = "•" * 12  # a key as the panel shows it unless asked
 
 
 class ApiKeys:
@@ -28,9 +30,10 @@ class ApiKeys:
     def __init__(self, backend: keyring.backend.KeyringBackend | None = None) -> None:
         self._keyring = TokenStore(backend)
         self._this_run: str | None = None
+        self.why_not = ""  # the keyring's own words when it could not keep the key (for a tool tip)
 
     def key(self) -> tuple[str, str]:
-        """(the key, where it lives) — created on first use."""
+        """(the key, a sentence saying where it is kept) — created on first use."""
         why_not = self._keyring.available()
         if not why_not:
             try:
@@ -39,15 +42,17 @@ class ApiKeys:
                 if not stored:
                     stored = secrets.token_urlsafe(32)
                     backend.set_password(KEYRING_SERVICE, API_KEY_USER, stored)
-                return stored, "kept in the system keyring"
+                self.why_not = ""
+                return stored, "The key is kept in your system keyring: it stays the same next time."
             except keyring.errors.KeyringError as exc:
                 why_not = str(exc) or type(exc).__name__
+        self.why_not = why_not
         if self._this_run is None:
             self._this_run = secrets.token_urlsafe(32)
         return self._this_run, (
-            f"no safe keyring on this machine ({why_not}): this key lasts until Foresight quits; install "
-            "and unlock a keyring (GNOME Keyring, KWallet, macOS Keychain, Windows Credential Manager) to "
-            "keep one"
+            "No safe keyring was found on this computer, so this key lasts until Foresight quits. To keep "
+            "one, install and unlock a keyring (GNOME Keyring, KWallet, macOS Keychain or Windows "
+            "Credential Manager)."
         )
 
 
@@ -59,6 +64,10 @@ class Endpoint:
     model: str
     context: int
     api_key: str | None
+
+    def masked(self) -> Endpoint:
+        """The same endpoint with its key hidden (for showing the settings; copying takes the real one)."""
+        return dataclasses.replace(self, api_key=MASK) if self.api_key else self
 
     def clients(self) -> dict[str, str]:
         """Settings per client, in the form each one reads."""

@@ -96,8 +96,8 @@ class Answer(QObject):
         self.message = message
         self.stream = stream
         self.engine = engine
-        self.text = ""
-        self.spans: list[list[int]] = []  # text from accepted drafts: [start, end) character ranges
+        self.text = message.content  # a continued answer grows from what it had
+        self.spans: list[list[int]] = [list(s) for s in message.draft_spans]  # [start, end) of drafted text
         self.error = ""
         self.done = False
         stream.piece.connect(self._piece)
@@ -185,6 +185,7 @@ class ActiveConversation(QObject):
         self.answer: Answer | None = None
         self.context_used = 0
         self.context_estimated = False
+        self._asked_tokens = 0
         engine.crashed.connect(lambda _code, _tail: self.end_answer("interrupted"))
 
     @property
@@ -214,18 +215,34 @@ class ActiveConversation(QObject):
             return
         if conversation_id != self.current:
             self.stop_editing()
+            dropped = self._drop_if_empty(self.current)
             self.current = conversation_id
             self.count_context()
+            if dropped:
+                self.listChanged.emit()
         self.changed.emit()
 
     def new(self) -> None:
+        """Start a new chat; an empty one shown stays the new one (empty chats do not pile up)."""
         if self.busy:
             return
         self.stop_editing()
-        self.current = self.store.create_conversation().id
+        if self.current is None or not self._is_empty(self.current):
+            self.current = self.store.create_conversation().id
+            self.listChanged.emit()
         self.count_context()
-        self.listChanged.emit()
         self.changed.emit()
+
+    def _is_empty(self, conversation_id: int) -> bool:
+        conv = self.store.conversation(conversation_id)
+        return not (self.store.messages(conversation_id) or conv.system_prompt or conv.settings)
+
+    def _drop_if_empty(self, conversation_id: int | None) -> bool:
+        """Delete a chat left without a message (nor a prompt or settings of its own); True if it went."""
+        if conversation_id is None or not self._is_empty(conversation_id):
+            return False
+        self.store.delete_conversation(conversation_id)
+        return True
 
     def rename(self, conversation_id: int, title: str) -> None:
         self.store.update_conversation(conversation_id, title=title.strip())
@@ -284,6 +301,26 @@ class ActiveConversation(QObject):
         self._ask()
         return True
 
+    @property
+    def can_regenerate(self) -> bool:
+        """A question to answer again: the conversation holds one."""
+        return self.current is not None and self.last_question() is not None
+
+    def cut_short(self) -> Message | None:
+        """The shown conversation's last answer when it was cut short (interrupted or stopped) with text
+        to carry on from, else None."""
+        messages = self.store.messages(self.current) if self.current is not None else []
+        last = messages[-1] if messages else None
+        if last is None or last.role != "assistant" or not last.content.strip():
+            return None
+        return last if last.status in ("interrupted", "stopped") else None
+
+    def last_stats(self) -> dict[str, Any]:
+        """The speculation figures of the shown conversation's last answer ({} if none)."""
+        messages = self.store.messages(self.current) if self.current is not None else []
+        answers = [m for m in messages if m.role == "assistant" and m.stats]
+        return dict(answers[-1].stats) if answers else {}
+
     def last_question(self) -> int | None:
         if self.current is None:
             return None
@@ -313,6 +350,15 @@ class ActiveConversation(QObject):
         if self.store.messages(self.current):
             self._ask()
 
+    def continue_answer(self) -> bool:
+        """Carry on the last answer from where it was cut short (the engine's continue_final_message)."""
+        last = self.cut_short()
+        if last is None or not self.can_ask:
+            return False
+        self.store.update_answer(last.id, last.content, "streaming", draft_spans=last.draft_spans)
+        self._ask(continued=self.store.message(last.id))
+        return True
+
     def stop(self) -> None:
         if self.answer is not None:
             self.answer.stop()
@@ -322,7 +368,8 @@ class ActiveConversation(QObject):
         if self.answer is not None:
             self.answer.end(status)
 
-    def _ask(self) -> None:
+    def _ask(self, continued: Message | None = None) -> None:
+        """Ask for the answer to the conversation; with `continued`, carry that last answer on."""
         assert self.current is not None
         conv = self.store.conversation(self.current)
         history = [
@@ -332,25 +379,40 @@ class ActiveConversation(QObject):
         ]
         if conv.system_prompt:
             history.insert(0, {"role": "system", "content": conv.system_prompt})
-        budget = max(MIN_PROMPT_TOKENS, self.n_ctx - self.sampling.max_tokens)
-        sent, dropped = trim_to_context(history, estimate_tokens, budget)
+        sent, dropped = history, 0
+        if self.n_ctx > 0:  # else the engine's context is not known yet: it refuses what does not fit
+            budget = max(MIN_PROMPT_TOKENS, self.n_ctx - self.sampling.max_tokens)
+            sent, dropped = trim_to_context(history, estimate_tokens, budget)
         self.trimmed.emit(dropped)
         params = {**self.request_sampling(), **conv.settings}
-        message = self.store.begin_answer(self.current)
+        if continued is not None:
+            params["continue_final_message"] = True
+        message = continued if continued is not None else self.store.begin_answer(self.current)
         answer = Answer(self.store, message, self.client.stream_chat(sent, **params), self.engine, self)
-        answer.grew.connect(self.answerGrew)
+        self._asked_tokens = estimate_tokens(sent) - len(answer.text) // CHARS_PER_TOKEN
+        answer.grew.connect(self._answer_grew)
         answer.ended.connect(self._answer_ended)
         self.answer = answer
+        self._answer_grew()
         self.changed.emit()
+
+    def _answer_grew(self) -> None:
+        if self.answer is not None:  # the count follows the answer as it is written (an estimate)
+            self.context_used = self._asked_tokens + len(self.answer.text) // CHARS_PER_TOKEN
+            self.context_estimated = True
+            self.contextChanged.emit()
+        self.answerGrew.emit()
 
     def _answer_ended(self, status: str, usage: dict) -> None:
         answer, self.answer = self.answer, None
         if answer is not None:
             answer.deleteLater()
-        if usage:
-            self.context_used = int(usage.get("total_tokens") or 0)
+        if usage.get("total_tokens"):
+            self.context_used = int(usage["total_tokens"])
             self.context_estimated = False
             self.contextChanged.emit()
+        else:  # stopped or cut short: the engine sent no count
+            self.count_context()
         if status == "error" and answer is not None:
             self.failed.emit(answer.error)
         self.changed.emit()

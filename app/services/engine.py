@@ -1,6 +1,6 @@
 """The engine process, supervised from the GUI: start, READY, a bounded log, crash detection, stop.
 
-The GUI never loads a model: it starts `python -m app serve ...` (frozen: `Foresight --engine ...`)
+The GUI never loads a model: it starts `python -m app serve ...` (frozen: `Foresight serve ...`)
 through QProcess on 127.0.0.1 with a port the OS picks, hands it a per-launch admin token on stdin
 (never argv), waits for the `READY port=<n>` line, and reports a crash with the last log lines so the
 window can offer a restart. `EngineLaunch` holds what the engine is started with as typed values (the
@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import os
+import re
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
@@ -146,10 +148,9 @@ class EngineLaunch:
 
 
 def engine_command(args: list[str]) -> tuple[str, list[str]]:
-    """(program, arguments) that start the engine process, frozen or from source."""
-    if getattr(sys, "frozen", False):
-        return sys.executable, ["--engine", *args]
-    return sys.executable, ["-m", "app", "serve", *args]
+    """(program, arguments) that start the engine process, frozen or from source; it logs its INFO lines
+    (load stages, assembly progress), which the window's engine log and status read."""
+    return app_command(["--log-level", "INFO", "serve", *args])
 
 
 def app_command(args: list[str]) -> tuple[str, list[str]]:
@@ -207,6 +208,29 @@ class AppCommand(QObject):
         raise NotImplementedError
 
 
+LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (?P<level>[A-Z]+)\s+(?P<name>[\w.]+): (?P<message>.*)$")
+EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Missing)\b(?::.*)?$")
+
+
+def stop_reason(lines: Sequence[str], exit_code: int | None) -> str:
+    """Why the engine stopped, in one line for people: its last error (a logged error, the `error:` line
+    of a refused start, the last line of a traceback), else how it ended."""
+    for line in reversed(lines):
+        line = line.strip()
+        logged = LOG_LINE.match(line)
+        if logged is not None:
+            if logged["level"] in ("ERROR", "CRITICAL"):
+                return logged["message"]
+            continue
+        if line.startswith("error: "):
+            return line.removeprefix("error: ")
+        if EXCEPTION_LINE.match(line):
+            return line
+    if exit_code == -1:
+        return "it was killed (by a signal, or by the system when memory ran out)"
+    return f"it ended with exit code {exit_code} without saying why (see View > Engine log)"
+
+
 class EngineProcess(QObject):
     """One engine subprocess. Signals carry state changes, READY, log lines and crashes."""
 
@@ -252,7 +276,9 @@ class EngineProcess(QObject):
         proc.finished.connect(self._finished)
         proc.errorOccurred.connect(self._error)
         self._proc = proc
-        flags = ["--host", "127.0.0.1", "--port", "0", "--token-stdin", *self._args]
+        # the engine watches this process and ends with it (app.server.parent)
+        flags = ["--host", "127.0.0.1", "--port", "0", "--token-stdin", "--parent-pid", str(os.getpid())]
+        flags += self._args
         program, arguments = engine_command(flags)
         self._set_state(STARTING)
         proc.start(program, arguments)

@@ -212,8 +212,12 @@ class CatalogModel(_Table):
                 return _size(p.download_bytes)
             if column == 2:
                 return self.fits[p.id]["badge"] if p.id in self.fits else "checking this machine…"
+            if self.states.get(p.id) == "failed":  # the reason is said once, under the table
+                return "download failed"
             return self.state_text(p.id)
         if role == Qt.ItemDataRole.ToolTipRole:
+            if column == 3:
+                return self.state_text(p.id)
             if column == 2 and p.id in self.fits:
                 found = self.fits[p.id]
                 return "\n".join([found["placement"]["reason"], *found["devices"]])

@@ -1,6 +1,7 @@
 """The "Local API server" panel: switch the engine's OpenAI-compatible listener on and off, and copy the
 settings an editor needs. The engine opens and closes the listener itself (admin routes), so no restart
-is needed; the panel keeps the switch on across an engine restart by opening the listener again.
+is needed; the panel keeps the switch on across an engine restart by opening the listener again. The key
+is shown only when asked (Show); the settings to copy carry it either way.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from PySide6.QtWidgets import (
 
 from app.services.api_server import LAN_HOST, LOOPBACK, ApiKeys, Endpoint, lan_addresses
 from app.services.client import EngineClient
+from app.services.leftover import port_taken_by
+from app.ui.panel import scrolled
+from app.ui.session import ApiSwitch
 
 
 class ApiServerPanel(QDockWidget):
@@ -49,20 +53,24 @@ class ApiServerPanel(QDockWidget):
         self.lan = QCheckBox("Allow other devices on my network (they need the API key)")
         self.lan.toggled.connect(self._update)
         self.status = QLabel("The API server is off.", wordWrap=True)
+        self.address = QLineEdit(readOnly=True, placeholderText="not serving")
+        self.address.setToolTip("The base URL clients use (OpenAI-compatible, …/v1)")
         self.key = QLineEdit(readOnly=True)
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_note = QLabel(wordWrap=True)
         self.show_key = QPushButton("Show", checkable=True)
-        self.show_key.toggled.connect(
-            lambda on: self.key.setEchoMode(QLineEdit.EchoMode.Normal if on else QLineEdit.EchoMode.Password)
-        )
+        self.show_key.setToolTip("Show the key here and in the settings below")
+        self.show_key.toggled.connect(self._show_key)
         self.client_choice = QComboBox()
         self.client_choice.currentTextChanged.connect(self._show_config)
         self.config = QPlainTextEdit(readOnly=True)
         self.copy = QPushButton("Copy")
-        self.copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.config.toPlainText()))
+        self.copy.setToolTip("Copy these settings, with the key, to the clipboard")
+        self.copy.clicked.connect(self._copy)
 
         form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        form.addRow("Address", self.address)
         form.addRow("Port", self.port)
         form.addRow("", self.lan)
         key_row = QHBoxLayout()
@@ -81,8 +89,9 @@ class ApiServerPanel(QDockWidget):
         v.addLayout(form)
         v.addLayout(pick)
         v.addWidget(self.config, 1)
-        self.setWidget(body)
+        self.setWidget(scrolled(body))
         self._configs: dict[str, str] = {}
+        self._masked: dict[str, str] = {}
         self._update()
 
     # --- engine ----------------------------------------------------------------------------
@@ -141,8 +150,23 @@ class ApiServerPanel(QDockWidget):
         self.wanted = False
         self.info = {"open": False}
         self._update()
-        self.status.setText(f"The API server could not start: {message}")
+        port = self.port.value()
+        holder = port_taken_by(port) if port else None
+        if holder is not None:
+            message = f"port {port} is in use by {holder}. Stop that program, or choose another port"
+        self.status.setText(f"The API server could not start: {message}.")
         self.changed.emit(self.info)
+
+    def set_switch(self, switch: ApiSwitch) -> None:
+        """Put the switch as it was left (a relaunch): the listener opens once the engine is ready."""
+        self.port.setValue(switch.port)
+        self.lan.setChecked(switch.lan)
+        if switch.on != self.wanted:
+            self._toggled(switch.on)
+        self._update()
+
+    def switch(self) -> ApiSwitch:
+        return ApiSwitch(self.wanted, self.port.value(), self.lan.isChecked())
 
     # --- view ------------------------------------------------------------------------------
 
@@ -160,28 +184,40 @@ class ApiServerPanel(QDockWidget):
         self.toggle.setText("Stop the API server" if self.wanted else "Start the API server")
         self.port.setEnabled(not on)
         self.lan.setEnabled(not on)
+        locked = "Stop the API server to change this." if on else ""
+        self.port.setToolTip(locked or "The port clients connect to (any free port: the OS picks one)")
+        self.lan.setToolTip(locked or "Other computers and phones on your network may use it, with the key")
         if on:
-            where = str(self.info["url"])
+            self.address.setText(str(self.info["url"]))
+            where = ""
             if self.info.get("host") == LAN_HOST:
                 others = ", ".join(f"http://{a}:{self.info['port']}/v1" for a in lan_addresses())
-                where += f" (from other devices: {others})" if others else " (and from other devices)"
-            self.status.setText(f"Serving {self.model} at {where}.")
-        elif self.wanted and not self._engine_up:
-            self.status.setText("The API server starts when the engine is ready.")
-        elif not self.wanted:
-            self.status.setText("The API server is off.")
+                where = f" Other devices use {others}." if others else " Other devices on the network too."
+            self.status.setText(f"Serving {self.model}.{where}")
+        else:
+            self.address.setText("")
+            if self.wanted and not self._engine_up:
+                self.status.setText("The API server starts when the engine is ready.")
+            elif not self.wanted:
+                self.status.setText("The API server is off.")
         needs_key = self.lan.isChecked() or bool(self.info.get("auth"))
         if needs_key:
             key, where_kept = self.keys.key()
             self.key.setText(key)
-            self.key_note.setText(f"The key is {where_kept}.")
+            self.key_note.setText(where_kept)
+            self.key_note.setToolTip(f"The keyring said: {self.keys.why_not}" if self.keys.why_not else "")
         else:
             self.key.setText("")
-            self.key_note.setText("On this computer only, no key is needed.")
+            self.key_note.setText("Only this computer can reach it, so no key is needed.")
+            self.key_note.setToolTip("")
+        self.key.setEnabled(needs_key)
+        self.show_key.setEnabled(needs_key)
+        self.key.setToolTip("" if needs_key else "A key is needed only when other devices may connect")
         endpoint = self.endpoint() or Endpoint(
             f"http://127.0.0.1:{self.port.value() or 8080}/v1", self.model, self.context, None
         )
         configs = endpoint.clients()
+        self._masked = endpoint.masked().clients()
         chosen = self.client_choice.currentText()
         self.client_choice.blockSignals(True)
         if self.client_choice.count() != len(configs):
@@ -194,4 +230,12 @@ class ApiServerPanel(QDockWidget):
         self._show_config(self.client_choice.currentText())
 
     def _show_config(self, name: str) -> None:
-        self.config.setPlainText(self._configs.get(name, ""))
+        shown = self._configs if self.show_key.isChecked() else self._masked
+        self.config.setPlainText(shown.get(name, ""))
+
+    def _show_key(self, on: bool) -> None:
+        self.key.setEchoMode(QLineEdit.EchoMode.Normal if on else QLineEdit.EchoMode.Password)
+        self._show_config(self.client_choice.currentText())
+
+    def _copy(self) -> None:
+        QGuiApplication.clipboard().setText(self._configs.get(self.client_choice.currentText(), ""))

@@ -13,6 +13,7 @@ from app.catalog.packaged import DEFAULT_DOWNLOAD, default_model_installed
 from app.chats.store import ChatStore
 from app.config import SamplingSettings, load_settings
 from app.services.engine import EngineLaunch
+from app.ui import theme
 from app.ui.main_window import MainWindow
 
 SMOKE_PROMPT = "Reply with one word: ready?"
@@ -26,6 +27,7 @@ def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False)
     store = ChatStore(store_path)
     if smoke:
         sampling = {**sampling, "max_tokens": 8, "temperature": 0.0}
+    theme.apply(load_settings().appearance.theme, app)
     launch = EngineLaunch.from_argv(engine_args)
     offer = None
     if launch.target is None and not default_model_installed():

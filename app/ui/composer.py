@@ -1,4 +1,5 @@
-"""The question box: text, images dropped or pasted in (PNG, JPEG, WebP), and a count of the context.
+"""The question box: text, images attached, dropped or pasted in (PNG, JPEG, WebP), and a count of the
+context.
 
 An image is kept as the bytes the user gave, checked by what they are (not by the file name) and sent as
 a data URI; a thumbnail with a remove button shows what goes with the question.
@@ -9,12 +10,22 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from PySide6.QtCore import QBuffer, QByteArray, QMimeData, QSize, Qt, Signal
-from PySide6.QtGui import QImage, QImageReader, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QBuffer, QByteArray, QEvent, QMimeData, QSize, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QImageReader, QPalette, QPixmap
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.config import EngineSettings
 from app.services.conversation import CHARS_PER_TOKEN
+from app.ui import icons, theme
+from app.ui.elided import ElidedLabel
 
 IMAGE_FORMATS = {b"png": "image/png", b"jpeg": "image/jpeg", b"webp": "image/webp"}
 # the engine's own limits, as its settings default them
@@ -22,6 +33,11 @@ MAX_IMAGE_BYTES = EngineSettings.model_fields["max_image_bytes"].default
 MAX_IMAGES = EngineSettings.model_fields["max_images"].default
 CONTEXT_WARNING = 0.9  # the count turns red past this share of the context
 THUMB = 72
+NO_VISION = (
+    "The loaded model cannot read images: it has no vision projector, so the question cannot go with "
+    'them. <a href="library:images">Load a model that reads images</a> (Model library, "Images"), or '
+    "remove the images."
+)
 
 
 class ImageRefused(ValueError):
@@ -97,29 +113,79 @@ class QuestionEdit(QPlainTextEdit):
 
 
 class Composer(QWidget):
-    """The question, its images and the context count; `refused` says why an image was not taken."""
+    """The question, its images (the attach button, drops and pastes) and the context count; `refused`
+    says why an image was not taken; a model without vision says so as soon as an image is added, with
+    a link to the library's Images section (`libraryRequested`)."""
 
     refused = Signal(str)
     changed = Signal()
+    libraryRequested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.edit = QuestionEdit(placeholderText="Ask anything (Ctrl+Enter sends; drop or paste images)")
+        self.vision = True  # until the engine says otherwise, nothing is refused
+        self.edit = QuestionEdit(placeholderText="Ask anything (Ctrl+Enter sends)")
         self.edit.setMaximumHeight(120)
         self.edit.imagesGiven.connect(self.add_images)
         self.edit.textChanged.connect(self.changed)
         self.images: list[str] = []
+        self.attach = QToolButton(text="Attach")
+        self.attach.setIcon(icons.paperclip(self.palette().color(QPalette.ColorRole.ButtonText)))
+        self.attach.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.attach.setToolTip("Attach a PNG, JPEG or WebP image to the question (or drop or paste it here)")
+        self.attach.clicked.connect(self.choose_images)
         self._thumbs = QHBoxLayout()
         self._thumbs.setContentsMargins(0, 0, 0, 0)
         self._thumb_row = QWidget()
         self._thumb_row.setLayout(self._thumbs)
         self._thumb_row.hide()
-        self.count = QLabel("")
+        self.no_vision = QLabel(NO_VISION, wordWrap=True)
+        self.no_vision.setObjectName("no-vision")
+        self.no_vision.linkActivated.connect(lambda _link: self.libraryRequested.emit())
+        self.no_vision.hide()
+        self.count = ElidedLabel("")
         self.count.setObjectName("context-count")
+        self.setAcceptDrops(True)  # the whole box is the drop zone, not only the text
+        box = QHBoxLayout()
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(self.edit, 1)
+        box.addWidget(self.attach, 0, Qt.AlignmentFlag.AlignBottom)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.no_vision)
         layout.addWidget(self._thumb_row)
-        layout.addWidget(self.edit)
+        layout.addLayout(box)
+        self._restyle()
+
+    def set_vision(self, vision: bool) -> None:
+        """Whether the loaded model reads images (the engine's /props); images in the box are judged again."""
+        self.vision = vision
+        self._show_thumbs()
+
+    def choose_images(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(
+            self, "Attach images", "", "Images (*.png *.jpg *.jpeg *.webp);;All files (*)"
+        )
+        for file in files:
+            self.add_image_file(file)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls() or event.mimeData().hasImage():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        self.edit.insertFromMimeData(event.mimeData())
+        event.acceptProposedAction()
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:
+            self._restyle()
+        super().changeEvent(event)
+
+    def _restyle(self) -> None:
+        sheet = f"QLabel#no-vision {{ {theme.tone('warning').style()} padding: 6px; }}"
+        if self.styleSheet() != sheet:
+            self.setStyleSheet(sheet)
 
     # the text box's own API, for callers that treat the composer as the input
     def toPlainText(self) -> str:
@@ -141,8 +207,13 @@ class Composer(QWidget):
         typed = len(self.toPlainText()) // CHARS_PER_TOKEN
         total = used + typed
         mark = " (estimate)" if typed or estimated else ""
-        self.count.setText(f"context: {total:,} of {n_ctx:,} tokens{mark}")
-        self.count.setStyleSheet("color: #b00020;" if total > n_ctx * CONTEXT_WARNING else "")
+        of = f"{n_ctx:,}" if n_ctx > 0 else "…"  # "…": the engine has not said yet (it may size it itself)
+        self.count.setText(f"context: {total:,} of {of} tokens{mark}")
+        self.count.setToolTip(
+            "Tokens of this conversation and your question, against the model's context length"
+        )
+        full = n_ctx > 0 and total > n_ctx * CONTEXT_WARNING
+        self.count.setStyleSheet(theme.error_text(self) if full else "")
 
     def add_images(self, given: list[tuple[bytes | None, str]]) -> None:
         for data, name in given:
@@ -183,4 +254,5 @@ class Composer(QWidget):
             self._thumbs.addWidget(button)
         self._thumbs.addStretch(1)
         self._thumb_row.setVisible(bool(self.images))
+        self.no_vision.setVisible(bool(self.images) and not self.vision)
         self.changed.emit()

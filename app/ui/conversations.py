@@ -29,6 +29,7 @@ from app.chats.store import ChatStore, Conversation
 ModelIndex = QModelIndex | QPersistentModelIndex
 ID_ROLE = Qt.ItemDataRole.UserRole
 UPDATED_ROLE = Qt.ItemDataRole.UserRole + 1
+MIN_WIDTH = 170  # the sidebar keeps room for a readable title whatever panels are open
 
 
 class ConversationList(QAbstractListModel):
@@ -93,11 +94,18 @@ class ConversationsView(QWidget):
         self.list = QListView()
         self.list.setModel(model)
         self.list.setEditTriggers(QListView.EditTrigger.NoEditTriggers)
+        # a long title is shortened with "…" (its whole text in the tool tip), never scrolled sideways
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setWordWrap(False)
+        self.list.setUniformItemSizes(True)
         self.list.selectionModel().currentChanged.connect(self._current_changed)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
         model.modelReset.connect(lambda: self.show_current(self._current))
+        self.setMinimumWidth(MIN_WIDTH)
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 0, 4)
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
         layout.addWidget(self.list)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPushButton,
     QTableWidget,
@@ -20,8 +21,10 @@ from PySide6.QtWidgets import (
 
 from app.services.client import EngineClient
 from app.services.devices import DeviceScan
+from app.ui.panel import scrolled
 
 COLUMNS = ("Device", "Kind", "Memory", "Free", "Runs with", "Seen by")
+COLUMN_WIDTH = 160
 
 
 def _gib(n: Any) -> str:
@@ -46,6 +49,10 @@ class DevicesPanel(QDockWidget):
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.table.horizontalHeader().setStretchLastSection(True)
         self.found = QLabel("Looking for devices…", wordWrap=True)
         self.target = QLabel("Target: the engine is not running.", wordWrap=True)
         self.drafter = QLabel("", wordWrap=True)
@@ -70,7 +77,7 @@ class DevicesPanel(QDockWidget):
         v.addWidget(self.drafter)
         v.addLayout(row)
         v.addWidget(self.rescan)
-        self.setWidget(body)
+        self.setWidget(scrolled(body))
 
     def start_scan(self, target: str | None = None) -> None:
         self.found.setText("Looking for devices…")
@@ -100,6 +107,8 @@ class DevicesPanel(QDockWidget):
             for c, text in enumerate(cells):
                 self.table.setItem(r, c, QTableWidgetItem(str(text)))
         self.table.resizeColumnsToContents()
+        for column in range(self.table.columnCount()):  # long names elide; the user can widen them
+            self.table.setColumnWidth(column, min(self.table.columnWidth(column), COLUMN_WIDTH))
         gpus = [d for d in self.devices if d.get("kind") != "cpu"]
         placement = data.get("placement", {})
         text = f"{len(gpus)} GPU(s) found." if gpus else "No GPU found: everything runs on the CPU."

@@ -37,7 +37,9 @@ class FirstRun(QObject):
     ) -> None:
         """Nothing to load yet: offer to download `files` (`what` names them for the user)."""
         self._offer = (files, models_dir, token, endpoint)
-        self.banner.say(f"No model on this computer yet. Download {what} from Hugging Face to start.", False)
+        self.banner.say(
+            f"No model on this computer yet. Download {what} from Hugging Face to start.", kind="info"
+        )
         self._show_button("Download")
 
     def start(self) -> None:
@@ -61,17 +63,17 @@ class FirstRun(QObject):
             return
         eta = f", {p.eta:.0f} s left" if p.eta is not None else ""
         self.banner.label.setText(
-            f"{'Checking' if p.state == 'verifying' else 'Downloading'} {p.file}: "
+            f"{'Checking' if p.state == 'verifying' else 'Downloading'} {p.file}: {p.done / p.total:.0%}, "
             f"{p.done / 2**20:,.0f} of {p.total / 2**20:,.0f} MiB at {p.speed / 2**20:.1f} MiB/s{eta}"
         )
 
     def _downloaded(self, paths: list[str]) -> None:
         self.banner.download_button.hide()
-        self.banner.hide()
+        self.banner.dismiss()
         self.installed.emit(paths[0])
 
     def _failed(self, message: str) -> None:
-        self.banner.say(f"The download failed: {message}", False)
+        self.banner.say(f"The download failed: {message}")
         self._show_button("Try again")
 
     def _show_button(self, text: str) -> None:

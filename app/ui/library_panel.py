@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -39,9 +40,13 @@ from app.services.library import (
     load_pair,
     read_verdict,
 )
+from app.ui import theme
+from app.ui.panel import scrolled
 
 NGRAM, NO_DRAFT = "ngram", "none"
-ERROR_STYLE = "color: #7a1010;"
+COLUMN_WIDTH = 150
+MIN_COLUMN_WIDTH = 48
+MIN_ROWS_SHOWN = 4  # a table keeps room for this many rows however the panel is squeezed
 
 
 def _table(model: Any) -> QTableView:
@@ -51,12 +56,28 @@ def _table(model: Any) -> QTableView:
     view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     view.verticalHeader().hide()
-    view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    view.horizontalHeader().setStretchLastSection(True)
+    view.setWordWrap(False)
+    view.setTextElideMode(Qt.TextElideMode.ElideRight)  # a long name is shortened, never clipped
+    header = view.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)  # the user can widen a column
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the name takes the room left
+    header.setDefaultSectionSize(COLUMN_WIDTH)
+    header.setMinimumSectionSize(MIN_COLUMN_WIDTH)
+    view.setMinimumHeight(view.verticalHeader().defaultSectionSize() * MIN_ROWS_SHOWN)
+    model.modelReset.connect(lambda: _fit_columns(view))
+    _fit_columns(view)
     return view
 
 
+def _fit_columns(view: QTableView) -> None:
+    """Columns as wide as their text, up to COLUMN_WIDTH (the rest elides; the user can widen them)."""
+    for column in range(1, view.model().columnCount()):
+        view.resizeColumnToContents(column)
+        view.setColumnWidth(column, min(view.columnWidth(column), COLUMN_WIDTH))
+
+
 class LibraryPanel(QDockWidget):
+    loadStarted = Signal(object)  # the LoadStream of a pair being loaded (its stages, for the header)
     pairLoaded = Signal(dict)  # the engine's "ready" event: {"model", "draft", "context_length", ...}
     loadFailed = Signal(str)
 
@@ -101,12 +122,10 @@ class LibraryPanel(QDockWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(lambda: self._act(self.catalog.cancel))
         self.download_bar = QProgressBar(minimum=0, maximum=1000, textVisible=False)
+        self.download_bar.hide()  # shown while a download runs or waits paused
         self.download_state = QLabel("", wordWrap=True)
         self.catalog.progressChanged.connect(self._download_changed)
         self.catalog.downloaded.connect(self._downloaded)
-        self.catalog.downloadFailed.connect(
-            lambda pair_id, message: self._error(f"Download of {pair_id} failed: {message}")
-        )
         buttons = QHBoxLayout()
         for b in (self.download_button, self.pause_button, self.cancel_button):
             buttons.addWidget(b)
@@ -168,7 +187,8 @@ class LibraryPanel(QDockWidget):
         v.addWidget(local_box, 2)
         v.addWidget(use_box)
         v.addWidget(self.message)
-        self.setWidget(body)
+        self.use_box = use_box
+        self.setWidget(scrolled(body))
         self._fill_choices()
         self._update_buttons()
 
@@ -311,11 +331,13 @@ class LibraryPanel(QDockWidget):
         progress = self.catalog.progress.get(pair_id)
         if progress is not None and progress.total:
             self.download_bar.setValue(int(1000 * progress.done / progress.total))
-        elif self.catalog.installed(pair_id):
-            self.download_bar.setValue(1000)
         else:
             self.download_bar.setValue(0)
-        self.download_state.setText(self.catalog.state_text(pair_id))
+        state = self.catalog.states.get(pair_id)
+        self.download_bar.setVisible(state in ("downloading", "paused"))
+        text = self.catalog.state_text(pair_id)  # a failure is said here, once
+        self.download_state.setText(f"Download {text}" if state == "failed" else text)
+        self.download_state.setStyleSheet(theme.error_text(self) if state == "failed" else "")
 
     def _downloaded(self, pair_id: str, _paths: list) -> None:
         self._info(f"{self.catalog.pair(pair_id).name} is downloaded and verified.")
@@ -375,6 +397,7 @@ class LibraryPanel(QDockWidget):
         stream.failed.connect(self._load_failed)
         self.load_stream = stream
         self.load_state.setText(f"Loading {Path(target).name}…")
+        self.loadStarted.emit(stream)
         self.load_bar.show()
         self._update_buttons()
 
@@ -442,8 +465,17 @@ class LibraryPanel(QDockWidget):
         else:
             self.use_button.setToolTip("")
 
+    def show_images_section(self) -> None:
+        """Open on the pair to load with its "Images" choice (a vision projector) in view and focus."""
+        self.show()
+        self.raise_()
+        area = self.widget()
+        if isinstance(area, QScrollArea):
+            area.ensureWidgetVisible(self.use_box)
+        self.projector_choice.setFocus()
+
     def _error(self, text: str) -> None:
-        self.message.setStyleSheet(ERROR_STYLE)
+        self.message.setStyleSheet(theme.error_text(self))
         self.message.setText(text)
 
     def _info(self, text: str) -> None:

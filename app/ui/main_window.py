@@ -1,8 +1,10 @@
-"""The main window: conversations on the left, the streaming chat on the right, the engine below.
+"""The main window: conversations on the left, the chat on the right, the panels beside it, the engine log.
 
 The window lays out the views and wires them to the services: the engine process it starts from an
-EngineLaunch (app.services.engine), the conversation shown and its answer in flight, which reach the
-chat store as they stream (app.services.conversation), and the panels that talk to the engine over HTTP.
+EngineLaunch (after ending a leftover engine of an earlier window: app.services.leftover), what the
+engine is doing (app.services.engine_status), the conversation shown and its answer in flight
+(app.services.conversation), the chat view (app.ui.chat_view), and the panels that talk to the engine
+over HTTP. It comes back as it was left (app.ui.session).
 """
 
 from __future__ import annotations
@@ -11,17 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (
-    QApplication,
-    QHBoxLayout,
-    QLabel,
-    QMainWindow,
-    QPushButton,
-    QSplitter,
-    QStyle,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QSplitter, QStyle
 
 from app import keystore
 from app.chats.store import ChatStore
@@ -29,29 +21,33 @@ from app.config import SamplingSettings, Settings, load_settings
 from app.services.api_server import ApiKeys
 from app.services.client import EngineClient
 from app.services.conversation import ActiveConversation
-from app.services.engine import READY, EngineLaunch, EngineProcess
+from app.services.engine import READY, STARTING, EngineLaunch, EngineProcess, stop_reason
+from app.services.engine_status import EngineStatus
+from app.services.leftover import LeftoverEngines
+from app.ui import theme
 from app.ui.api_panel import ApiServerPanel
-from app.ui.banner import Banner
-from app.ui.composer import Composer
+from app.ui.chat_view import STATS_TIP, ChatView
 from app.ui.conversations import ConversationList, ConversationsView
 from app.ui.data_menu import DataActions
 from app.ui.devices_panel import DevicesPanel
 from app.ui.engine_log import EngineLog
 from app.ui.first_run import FirstRun
 from app.ui.library_panel import LibraryPanel
+from app.ui.session import WindowSession
 from app.ui.settings_dialog import ConversationSettingsDialog, SettingsDialog
-from app.ui.transcript import Transcript, stats_line
 from app.ui.tray import ServingTray
 
 ICON = Path(__file__).with_name("foresight.png")
-RENDER_EVERY_MS = 50
-RENDER_COST_FACTOR = 4  # a render that took t ms waits at least this many times t for the next
 STATUS_MS = 8000
+START_SIZE = (1100, 720)
+MIN_SIZE = (800, 560)  # 1024x700 holds the sidebar, the chat and one panel beside it
+SIDEBAR_PX = 240
 
 
 class MainWindow(QMainWindow):
     """The window. `sampling` is what every request carries (its fields set); `settings` (the settings
-    file's, by default) place the model library and fill in what `launch` does not give."""
+    file's, by default) place the model library and fill in what `launch` does not give; `session` is
+    where the window keeps what it was like when it closed (by default in the data dir)."""
 
     def __init__(
         self,
@@ -62,79 +58,82 @@ class MainWindow(QMainWindow):
         api_keys: ApiKeys | None = None,
         api_port: int = 8080,
         settings: Settings | None = None,
+        session: WindowSession | None = None,
     ) -> None:
         super().__init__()
         settings = settings if settings is not None else load_settings()
         runs_with = launch.settings(settings)
-        n_ctx = n_ctx or runs_with.engine.n_ctx  # until the engine says what it loaded
+        n_ctx = n_ctx or runs_with.engine.n_ctx  # 0 (sized by the engine): unknown until /props says
         self.store = store
         self.launch = launch
+        self.session = session if session is not None else WindowSession()
         self.engine = EngineProcess(self)
         self.client = EngineClient(self)
+        self.status = EngineStatus(self.engine, self.client, self)
+        self.leftovers = LeftoverEngines(self)
         sampling = sampling or settings.sampling
         self.conversation = ActiveConversation(store, self.client, self.engine, sampling, n_ctx, self)
-        self.vision = False  # whether the loaded model reads images (the engine's /props says)
         self._quitting = False
         self.setWindowTitle("Foresight")
         icon = QIcon(str(ICON))
         self.setWindowIcon(
             self.style().standardIcon(QStyle.StandardPixmap.SP_ComputerIcon) if icon.isNull() else icon
         )
-        self.resize(1100, 720)
+        self.resize(*START_SIZE)
+        self.setMinimumSize(*MIN_SIZE)
         self.api_panel = ApiServerPanel(self.client, api_keys or ApiKeys(), api_port, self)
         self.devices_panel = DevicesPanel(self.client, runs_with.engine.device, self)
         token = keystore.TokenStore().resolve()
         self.library_panel = LibraryPanel.from_settings(self.client, settings.models, token, self)
         self.tray = ServingTray(self, icon)
-        self._render_timer = QTimer(self, singleShot=True, interval=RENDER_EVERY_MS, timeout=self._render)
         self._build()
         self._wire()
+        self._restore()
         if store.recovered_from is not None:
             self.banner.say(
                 f"Your chat file could not be read. It was kept as {store.recovered_from.name} and a new "
-                "one was started.",
-                restart=False,
+                "one was started."
             )
         self._update_buttons()
+
+    @property
+    def vision(self) -> bool:
+        """Whether the loaded model reads images (the engine's /props says)."""
+        return self.status.vision
 
     # --- layout ------------------------------------------------------------------------------------
 
     def _build(self) -> None:
         self.conversations = ConversationsView(ConversationList(self.store, self))
-        self.banner = Banner()
+        self.chat = ChatView(self.conversation, self.status)
+        chat = self.chat
+        self.banner, self.transcript, self.input = chat.banner, chat.transcript, chat.input
+        self.send_button, self.stop_button, self.edit_button = (
+            chat.send_button,
+            chat.stop_button,
+            chat.edit_button,
+        )
+        self.regenerate_button, self.continue_button = chat.regenerate_button, chat.continue_button
         self.first_run = FirstRun(self.banner, self)
-        self.transcript = Transcript()
-        self.input = Composer()
-        self.send_button = QPushButton("Send")
-        self.stop_button = QPushButton("Stop")
-        self.regenerate_button = QPushButton("Regenerate")
-        self.edit_button = QPushButton("Edit question")
-        self.edit_button.setToolTip("Put your last question back in the box; Send replaces it and its answer")
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.input.count)
-        buttons.addStretch(1)
-        for b in (self.edit_button, self.regenerate_button, self.stop_button, self.send_button):
-            buttons.addWidget(b)
-        right = QWidget()
-        rv = QVBoxLayout(right)
-        rv.addWidget(self.banner)
-        rv.addWidget(self.transcript, 1)
-        rv.addWidget(self.input)
-        rv.addLayout(buttons)
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.conversations)
-        split.addWidget(right)
-        split.setSizes([260, 840])
-        self.setCentralWidget(split)
+        self.split = QSplitter(Qt.Orientation.Horizontal, childrenCollapsible=False)
+        self.split.addWidget(self.conversations)
+        self.split.addWidget(chat)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([SIDEBAR_PX, START_SIZE[0] - SIDEBAR_PX])
+        self.setCentralWidget(self.split)
         self.engine_label = QLabel("engine: stopped")
         self.stats_label = QLabel("")
+        self.stats_label.setToolTip(STATS_TIP)
         self.statusBar().addWidget(self.engine_label)
         self.statusBar().addPermanentWidget(self.stats_label)
 
         self.log_panel = EngineLog(self.engine, self)
-        for panel in (self.api_panel, self.devices_panel, self.library_panel):
+        self.panels: tuple[QDockWidget, ...] = (self.api_panel, self.devices_panel, self.library_panel)
+        for panel in self.panels:  # one side stack of tabs: a panel takes the chat's room, not more
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, panel)
             panel.hide()
+        for panel in self.panels[1:]:
+            self.tabifyDockWidget(self.panels[0], panel)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_panel)
         self.log_panel.hide()
 
@@ -146,8 +145,12 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.tray.action)
         file_menu.addAction("&Quit", self.quit, QKeySequence.StandardKey.Quit)
         view = self.menuBar().addMenu("&View")
+        view.setToolTipsVisible(True)
         self.highlight_drafts = QAction("&Highlight accepted drafts", self, checkable=True)
-        self.highlight_drafts.setToolTip("Mark the text the target took from drafts, not from its own steps")
+        self.highlight_drafts.setToolTip(
+            "Mark the text the target accepted from drafts (checked in one pass, not written one by one)"
+        )
+        self.highlight_drafts.setStatusTip(self.highlight_drafts.toolTip())
         view.addAction(self.highlight_drafts)
         view.addSeparator()
         for dock, text in (
@@ -163,53 +166,68 @@ class MainWindow(QMainWindow):
     def _wire(self) -> None:
         conversation = self.conversation
         conversation.changed.connect(self._conversation_changed)
-        conversation.answerGrew.connect(self._answer_grew)
-        conversation.answerFinished.connect(self._answer_finished)
-        conversation.failed.connect(lambda message: self.banner.say(f"The answer failed: {message}", False))
         conversation.listChanged.connect(self.conversations.model.refresh)
-        conversation.contextChanged.connect(self._show_context)
-        conversation.editingChanged.connect(self._editing_changed)
-        conversation.trimmed.connect(self._trimmed)
         self.conversations.chosen.connect(conversation.select)
-        self.conversations.newRequested.connect(conversation.new)
+        self.conversations.newRequested.connect(self.new_chat)
         self.conversations.renamed.connect(conversation.rename)
         self.conversations.deleted.connect(conversation.delete)
         self.conversations.settingsRequested.connect(self.edit_conversation_settings)
         self.data_actions.storeChanged.connect(self.conversations.model.refresh)
         self.data_actions.deletedAll.connect(conversation.forget)
-
-        self.input.refused.connect(lambda why: self.statusBar().showMessage(why, STATUS_MS))
-        self.input.changed.connect(self._show_context)
-        self.send_button.clicked.connect(self.send)
-        self.stop_button.clicked.connect(conversation.stop)
-        self.regenerate_button.clicked.connect(conversation.regenerate)
-        self.edit_button.clicked.connect(self.edit_last)
+        self.chat.message.connect(lambda why: self.statusBar().showMessage(why, STATUS_MS))
+        self.chat.stats.connect(self.stats_label.setText)
+        self.chat.libraryRequested.connect(self.open_library)
         QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.send)
-        QShortcut(QKeySequence("Ctrl+N"), self, activated=conversation.new)
+        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_chat)
         QShortcut(QKeySequence("Esc"), self, activated=conversation.stop)
-        self.highlight_drafts.toggled.connect(self._render)
+        self.highlight_drafts.toggled.connect(self.chat.set_highlight)
 
         self.engine.stateChanged.connect(self._engine_state)
         self.engine.ready.connect(self._engine_ready)
         self.engine.crashed.connect(self._engine_crashed)
+        self.leftovers.finished.connect(self._leftovers_ended)
         self.banner.restart_button.clicked.connect(self.restart_engine)
         self.first_run.installed.connect(self._model_installed)
         self.devices_panel.deviceChosen.connect(self.use_device)
         self.devices_panel.visibilityChanged.connect(self._devices_shown)
         self.library_panel.visibilityChanged.connect(self._library_shown)
+        self.library_panel.loadStarted.connect(self.status.watch_load)
         self.library_panel.pairLoaded.connect(self._pair_loaded)
         self.library_panel.loadFailed.connect(self._pair_failed)
         self.tray.quitRequested.connect(self.quit)
         self.tray.refused.connect(lambda why: self.statusBar().showMessage(why, STATUS_MS))
 
+    def _restore(self) -> None:
+        """Come back as the window was left: size, panels, the last conversation, the API switch."""
+        self.session.restore_layout(self, self.split)
+        self.api_panel.set_switch(self.session.api)
+        last = self.session.conversation
+        if last is not None and self.conversations.model.row_of(last) >= 0:
+            self.conversation.select(last)
+            self.chat.offer_continue()
+
+    def _save_session(self) -> None:
+        self.session.save_layout(self, self.split)
+        self.session.conversation = self.conversation.current
+        self.session.api = self.api_panel.switch()
+        self.session.sync()
+
     # --- the engine --------------------------------------------------------------------------------
 
     def start_engine(self) -> None:
-        self.engine.start(self.launch.argv())
+        """End a leftover engine of an earlier window, if there is one, then start this window's."""
+        self.engine_label.setText("engine: looking for a leftover engine…")
+        self.leftovers.check()
+
+    def _leftovers_ended(self, notes: list[str]) -> None:
+        if notes:
+            self.statusBar().showMessage(" ".join(notes), STATUS_MS)
+        if self.engine.state not in (STARTING, READY):
+            self.engine.start(self.launch.argv())
 
     def restart_engine(self) -> None:
         """Start the engine again on the current launch (a pair loaded from the library included)."""
-        self.banner.hide()
+        self.banner.dismiss()
         self.engine.restart(self.launch.argv())
 
     def use_device(self, device: str) -> None:
@@ -218,7 +236,7 @@ class MainWindow(QMainWindow):
         self.launch = self.launch.with_engine(device=device)
         self.devices_panel.set_current(device)
         self.engine.stop()
-        self.start_engine()
+        self.engine.start(self.launch.argv())
 
     def _model_installed(self, path: str) -> None:
         self.launch = self.launch.with_target(path)
@@ -227,33 +245,26 @@ class MainWindow(QMainWindow):
     def _engine_state(self, state: str) -> None:
         self.engine_label.setText(f"engine: {state}")
         if state != READY:
-            for panel in (self.api_panel, self.devices_panel, self.library_panel):
-                panel.engine_stopped()
+            for panel in self.panels:
+                panel.engine_stopped()  # type: ignore[attr-defined]
         self._update_buttons()
 
     def _engine_ready(self, _port: int) -> None:
         self.client.configure(self.engine.url, self.engine.token)
-        self.banner.hide()
-        for panel in (self.api_panel, self.devices_panel, self.library_panel):
-            panel.engine_ready()
-        self._ask_props()
+        self.status.refresh()
+        if self.banner.restart_button.isVisible():
+            self.banner.dismiss()
+        for panel in self.panels:
+            panel.engine_ready()  # type: ignore[attr-defined]
         self._update_buttons()
+        self.chat.offer_continue()
 
-    def _ask_props(self) -> None:
-        self.client.get_json("/props").done.connect(self._props)
-
-    def _props(self, props: dict) -> None:
-        self.vision = bool(props.get("vision"))
-        self.conversation.set_context_length(
-            int(props.get("target", {}).get("n_ctx") or self.conversation.n_ctx)
-        )
-
-    def _engine_crashed(self, code: int, tail: str) -> None:
-        last = [line for line in tail.splitlines() if line.strip()][-1:] or ["no output"]
-        self.banner.say(f"The engine stopped unexpectedly (exit code {code}): {last[0]}", restart=True)
+    def _engine_crashed(self, code: int, _tail: str) -> None:
+        why = stop_reason(list(self.engine.log), code)
+        self.banner.say(f"The engine stopped unexpectedly: {why}", restart=True)
         if not self.isVisible() and self.tray.shown:
             # serving from the tray: nobody sees the banner, so say it there and bring the engine back
-            self.tray.notify(f"The engine stopped unexpectedly ({last[0]}); restarting it.")
+            self.tray.notify(f"The engine stopped unexpectedly ({why}); restarting it.")
             self.restart_engine()
 
     def _pair_loaded(self, ready: dict) -> None:
@@ -263,9 +274,8 @@ class MainWindow(QMainWindow):
         self.launch = self.launch.with_pair(*self.library_panel.loaded)
         self.conversation.set_context_length(int(ready.get("context_length") or self.conversation.n_ctx))
         self.engine_label.setText(f"engine: ready, {ready.get('model', '?')}")
-        self.banner.hide()
+        self.banner.dismiss()
         self.conversation.count_context()
-        self._ask_props()
 
     def _pair_failed(self, message: str) -> None:
         # the engine let go of the old pair before it tried the new one: it has no model now
@@ -284,76 +294,33 @@ class MainWindow(QMainWindow):
             panel.start_scan()
             panel.refresh()
 
+    def open_library(self, section: str = "") -> None:
+        """Show the model library (`section` "images": on its vision projector choice)."""
+        if section == "images":
+            self.library_panel.show_images_section()
+        else:
+            self.library_panel.show()
+            self.library_panel.raise_()
+
     # --- asking ------------------------------------------------------------------------------------
 
     def send(self, text: str | None = None) -> None:
-        """Send `text` (by default the question box's) with the box's images."""
-        text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
-        images = list(self.input.images)
-        if not (text or images) or not self.conversation.can_ask:
-            return
-        if images and not self.vision:
-            self.banner.say(
-                "The loaded model cannot read images (it has no vision projector). Remove the images to "
-                "ask without them.",
-                restart=False,
-            )
-            return
-        if self.conversation.send(text, images):
-            self.input.clear()
+        self.chat.send(text)
 
     def edit_last(self) -> None:
-        """Put the last question back in the box; nothing changes until it is sent again."""
-        question = self.conversation.edit_last()
-        if question is not None:
-            self.input.setPlainText(question.content)
-            self.input.set_images(question.images)
-            self.input.setFocus()
+        self.chat.edit_last()
 
-    def _editing_changed(self, editing: bool) -> None:
-        self.send_button.setText("Resend" if editing else "Send")
-        if editing:
-            self.statusBar().showMessage("Editing your last question: Resend replaces it and its answer.")
-        else:
-            self.statusBar().clearMessage()
-
-    def _trimmed(self, dropped: int) -> None:
-        self.statusBar().showMessage(
-            f"{dropped} oldest message(s) left out: the conversation is longer than the context"
-            if dropped
-            else ""
-        )
-
-    def _answer_grew(self) -> None:
-        if not self._render_timer.isActive():
-            self._render_timer.start()
-
-    def _answer_finished(self, _status: str, usage: dict) -> None:
-        if usage:
-            self.stats_label.setText(stats_line(usage.get("speculative") or {}))
+    def new_chat(self) -> None:
+        self.conversation.new()
+        self.input.setFocus()
 
     def _conversation_changed(self) -> None:
         self.conversations.show_current(self.conversation.current)
-        self._render()
         self._update_buttons()
 
-    def _show_context(self) -> None:
-        c = self.conversation
-        self.input.show_context(c.context_used, c.n_ctx, c.context_estimated)
-
-    def _render(self) -> None:
-        self.transcript.show_conversation(self.conversation.shown(), self.highlight_drafts.isChecked())
-        # a long answer costs more to lay out: render it less often rather than stall the window
-        interval = int(RENDER_COST_FACTOR * self.transcript.last_render_ms)
-        self._render_timer.setInterval(max(RENDER_EVERY_MS, interval))
-
     def _update_buttons(self) -> None:
-        ready = self.engine.state == READY
         busy = self.conversation.busy
-        self.send_button.setEnabled(ready and not busy)
-        self.stop_button.setEnabled(busy)
-        self.regenerate_button.setEnabled(ready and not busy and self.conversation.current is not None)
-        self.edit_button.setEnabled(not busy and self.conversation.last_question() is not None)
+        self.chat.update_buttons()
         self.conversations.set_busy(busy)
         self.data_actions.delete_all_action.setEnabled(not busy)
         self.data_actions.import_action.setEnabled(not busy)
@@ -371,10 +338,20 @@ class MainWindow(QMainWindow):
         return dialog
 
     def _settings_saved(self, dialog: SettingsDialog) -> None:
-        saved = dialog.saved.sampling
-        self.conversation.use_sampling(temperature=saved.temperature, max_tokens=saved.max_tokens)
+        saved = dialog.saved
+        # what applies at once: the sampling every question carries, and the theme
+        sent = {name for section, name in dialog.changed if section == "sampling"} - {"repeat_last_n"}
+        self.conversation.use_sampling(**{name: getattr(saved.sampling, name) for name in sent})
+        theme.apply(saved.appearance.theme)
+        later = []
         if dialog.restart_needed:
-            self.banner.say("Settings saved. Restart the engine to use them.", restart=True)
+            later.append("restart the engine to use the engine settings")
+        if dialog.next_start_needed:
+            later.append("the models folder changes when Foresight starts again")
+        if later:
+            self.banner.say(
+                f"Settings saved; {' and '.join(later)}.", restart=dialog.restart_needed, kind="info"
+            )
 
     def quit(self) -> None:
         self._quitting = True
@@ -386,6 +363,7 @@ class MainWindow(QMainWindow):
             self.hide()
             event.ignore()
             return
+        self._save_session()
         self.tray.hide()
         if self._quitting:  # a hidden window's close does not end the app: quit it outright
             QTimer.singleShot(0, QApplication.quit)

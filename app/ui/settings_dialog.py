@@ -1,4 +1,5 @@
-"""The settings dialogs, generated from app.config's typed fields: the app's and one conversation's."""
+"""The settings dialogs, generated from app.config's typed fields: the app's (grouped for people by
+app.ui.settings_pages) and one conversation's."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ from typing import Any
 
 from pydantic import ValidationError
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QSpinBox,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -33,9 +38,10 @@ from app.config import (
     load_settings,
     save_settings,
 )
+from app.ui import theme
 from app.ui.field_editor import Bounds, FieldEditor, InvalidValue, parse_number, plain_type, shown_number
-
-ERROR_STYLE = "color: #a00000;"
+from app.ui.panel import scrolled
+from app.ui.settings_pages import APPLIES, ENGINE_RESTART, NEXT_START, Page, Row, pages
 
 # --- one conversation's settings ----------------------------------------------------------------
 
@@ -85,7 +91,7 @@ class ConversationSettingsDialog(QDialog):
             edit.setToolTip(f"{info.description}\n{Bounds.of(info).describe()}; empty: the app's default")
             form.addRow(label, edit)
             self.fields[name] = edit
-        self.error = QLabel(wordWrap=True, styleSheet=ERROR_STYLE)
+        self.error = QLabel(wordWrap=True, styleSheet=theme.error_text())
         self.error.hide()
         buttons, self.save_button, self.defaults_button = _save_cancel_defaults(
             self, "Empty every sampling field (the system prompt stays)", self.use_app_defaults
@@ -152,33 +158,33 @@ class ConversationSettingsDialog(QDialog):
             bad.selectAll()
 
 
-# --- the app settings, one row per field of app.config.Settings ---------------------------------
+# --- the app settings: every field of app.config.Settings, grouped for people --------------------
 
-# Sections the engine process reads when it starts (it loads the same file): changes wait for a restart.
-# Sampling is among them: the window sends temperature and max_tokens, the engine supplies the rest.
-RESTART_SECTIONS = frozenset({"engine", "draft", "sampling", "server"})
 SECTION_TITLES = {
     "engine": "Engine",
     "draft": "Drafting",
-    "sampling": "Sampling",
-    "server": "Server",
+    "sampling": "Answers",
+    "server": "API server",
     "models": "Models",
+    "appearance": "Appearance",
 }
 
 
 class SettingsDialog(QDialog):
-    """The app settings, one tab per section of app.config.Settings and one row per field.
+    """The app settings on pages for people (Model, Speed, Privacy & network, Appearance, and the engine
+    details under Advanced: app.ui.settings_pages), each row saying when a change takes effect.
 
     Save validates through app.config and writes the user's settings file with its save_settings.
-    Afterwards `saved` holds the new Settings, `changed_sections` the sections that changed and
-    `restart_needed` whether the engine has to restart to use them.
+    Afterwards `saved` holds the new Settings, `changed` the (section, field) pairs that changed,
+    `changed_sections` their sections, and `restart_needed` whether the engine has to restart to use
+    them (`next_start_needed`: whether Foresight has).
     """
 
     def __init__(self, file: Path | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.file = file if file is not None else paths.config_file()
-        self.changed_sections: set[str] = set()
+        self.changed: set[tuple[str, str]] = set()
         problem = ""
         try:
             # the file alone: the environment's overrides apply at run time, they are not saved
@@ -189,25 +195,11 @@ class SettingsDialog(QDialog):
                 f"The settings file could not be read ({exc}). The defaults are shown; Save replaces it."
             )
         self.saved: Settings = self.loaded
-        self.editors: dict[str, dict[str, FieldEditor]] = {}
+        self.editors: dict[str, dict[str, FieldEditor]] = {s: {} for s in Settings.model_fields}
+        self.rows: dict[tuple[str, str], Row] = {}
         self.tabs = QTabWidget()
-        for section, section_info in Settings.model_fields.items():
-            model = section_info.annotation
-            assert isinstance(model, type)
-            assert issubclass(model, Section)
-            page = QWidget()
-            form = QFormLayout(page)
-            intro = (model.__doc__ or "").strip()
-            if section in RESTART_SECTIONS:
-                intro += " Changes take effect when the engine restarts."
-            if intro.strip():
-                form.addRow(QLabel(intro.strip(), wordWrap=True))
-            self.editors[section] = {}
-            for name, info in model.model_fields.items():
-                editor = FieldEditor(section, name, info)
-                form.addRow(editor.label, editor.widget)
-                self.editors[section][name] = editor
-            self.tabs.addTab(page, SECTION_TITLES.get(section, section.capitalize()))
+        for page in pages():
+            self.tabs.addTab(self._page(page), page.title)
         self.show_settings(self.loaded)
 
         note = f"Saved to {self.file}."
@@ -215,17 +207,40 @@ class SettingsDialog(QDialog):
         if overridden:
             note += " Set in the environment, which wins over the file: " + ", ".join(overridden) + "."
         self.note = QLabel(note, wordWrap=True)
-        self.error = QLabel(problem, wordWrap=True, styleSheet=ERROR_STYLE)
+        self.error = QLabel(problem, wordWrap=True, styleSheet=theme.error_text())
         self.error.setVisible(bool(problem))
         buttons, self.save_button, self.defaults_button = _save_cancel_defaults(
             self, "Put every field back to its default (nothing is saved until Save)", self.restore_defaults
         )
         layout = QVBoxLayout(self)
-        layout.addWidget(self.note)
         layout.addWidget(self.tabs, 1)
+        layout.addWidget(self.note)
         self.setMinimumWidth(560)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
+
+    def _page(self, page: Page) -> QWidget:
+        body = QWidget()
+        form = QFormLayout(body)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        form.addRow(QLabel(page.intro, wordWrap=True))
+        for row in page.rows:
+            model = Settings.model_fields[row.section].annotation
+            assert isinstance(model, type)
+            assert issubclass(model, Section)
+            editor = FieldEditor(row.section, row.name, model.model_fields[row.name])
+            editor.label = row.label
+            if row.lowest and isinstance(editor.widget, QSpinBox | QDoubleSpinBox):
+                editor.widget.setSpecialValueText(row.lowest)
+            when = QLabel(APPLIES[row.applies])
+            when.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+            line = QHBoxLayout()
+            line.addWidget(editor.widget, 1)
+            line.addWidget(when)
+            form.addRow(row.label, line)
+            self.editors[row.section][row.name] = editor
+            self.rows[(row.section, row.name)] = row
+        return scrolled(body, min_width=0)
 
     @classmethod
     def open_for(cls, parent: QWidget) -> SettingsDialog:
@@ -267,8 +282,16 @@ class SettingsDialog(QDialog):
         raise InvalidValue("\n".join(problems))
 
     @property
+    def changed_sections(self) -> set[str]:
+        return {section for section, _ in self.changed}
+
+    @property
     def restart_needed(self) -> bool:
-        return bool(self.changed_sections & RESTART_SECTIONS)
+        return any(self.rows[f].applies == ENGINE_RESTART for f in self.changed)
+
+    @property
+    def next_start_needed(self) -> bool:
+        return any(self.rows[f].applies == NEXT_START for f in self.changed)
 
     def accept(self) -> None:
         try:
@@ -280,7 +303,12 @@ class SettingsDialog(QDialog):
         except OSError as exc:
             self._show_error(f"The settings could not be saved to {self.file}: {exc.strerror or exc}")
             return
-        self.changed_sections = {s for s in self.editors if getattr(new, s) != getattr(self.loaded, s)}
+        self.changed = {
+            (s, n)
+            for s, editors in self.editors.items()
+            for n in editors
+            if getattr(getattr(new, s), n) != getattr(getattr(self.loaded, s), n)
+        }
         self.saved = new
         super().accept()
 

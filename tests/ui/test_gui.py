@@ -20,6 +20,7 @@ from app.config import SamplingSettings
 from app.services.api_server import ApiKeys
 from app.services.engine import READY, EngineLaunch
 from app.ui.main_window import MainWindow
+from app.ui.session import WindowSession
 from app.ui.transcript import DRAFT_BACKGROUND
 from tests.support.mmproj import png, write_colour_mmproj, write_tiny_mmproj
 
@@ -36,6 +37,7 @@ def _window(
         sampling=SamplingSettings(temperature=0.0, max_tokens=max_tokens),
         api_keys=api_keys,
         api_port=0,  # any free port: tests run side by side
+        session=WindowSession(store.path.with_name("window.ini")),  # each test its own
     )
     qtbot.addWidget(window)
     window.show()
@@ -160,9 +162,31 @@ def test_an_engine_killed_mid_answer_keeps_it_as_interrupted_and_offers_a_restar
     assert window.banner.isVisible()
     assert window.banner.restart_button.isVisible()
     assert "stopped unexpectedly" in window.banner.text()
+    # the reason, not the engine's last line of output ("READY port=...")
+    assert "READY" not in window.banner.text()
+    assert "killed" in window.banner.text()
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
         window.banner.restart_button.click()
+    # the answer cut short is offered to be carried on, or written again
+    assert window.banner.isVisible()
+    assert not window.banner.restart_button.isVisible()
+    assert window.banner.continue_button.isVisible()
+    assert window.banner.regenerate_button.isVisible()
+    assert "cut short" in window.banner.text()
+    assert window.continue_button.isVisible()
+    with qtbot.waitSignal(window.conversation.answerFinished, timeout=ANSWER_MS) as done:
+        window.banner.continue_button.click()
+        body = json.loads(window.conversation.answer.stream.body)
+    assert done.args[0] == "complete"
+    assert body["continue_final_message"] is True
+    assert body["messages"][-1] == {"role": "assistant", "content": kept.content}
+    carried = store.messages(window.conversation.current)[-1]
+    assert carried.id == kept.id  # carried on in place: still one answer
+    assert carried.status == "complete"
+    assert carried.content.startswith(kept.content)
+    assert len(carried.content) > len(kept.content)
     assert not window.banner.isVisible()
+    assert not window.continue_button.isVisible()
     assert _ask(qtbot, window, "Hello") == "complete"
     window.close()
 
@@ -171,7 +195,7 @@ def test_a_damaged_chat_file_is_reported_in_the_window(qtbot: QtBot, tmp_path: P
     path = tmp_path / "chats.sqlite3"
     path.write_bytes(b"this is not a database at all" * 100)
     with ChatStore(path) as store:
-        window = MainWindow(store, EngineLaunch())
+        window = MainWindow(store, EngineLaunch(), session=WindowSession(tmp_path / "window.ini"))
         qtbot.addWidget(window)
         window.show()
         assert window.banner.isVisible()
@@ -195,6 +219,7 @@ def test_first_start_without_a_model_downloads_it_and_starts_the_engine(
             store,
             EngineLaunch(draft={"mode": "ngram"}, engine={"n_ctx": 1024}),
             sampling=SamplingSettings(temperature=0.0, max_tokens=8),
+            session=WindowSession(tmp_path / "window.ini"),
         )
         qtbot.addWidget(window)
         window.show()
@@ -333,14 +358,25 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     assert len(refusals) == 1
     assert "notes.png" in refusals[0]
     assert window.input.images == []
+    assert not window.input.no_vision.isVisible()
     window.input.add_image_file(png)
     assert window.input.images[0].startswith("data:image/png;base64,")
+    # gemma-3-270m reads no images: the box says so as the image is added, with the way to one that does
+    assert window.input.no_vision.isVisible()
+    assert "cannot read images" in window.input.no_vision.text()
+    assert 'href="library:images"' in window.input.no_vision.text()
     before = store.messages(window.conversation.current)
     window.input.setPlainText("What colour is this?")
     window.send_button.click()
-    assert "has no vision" in window.banner.text()  # gemma-3-270m reads no images
     assert store.messages(window.conversation.current) == before  # nothing sent, nothing stored
     assert window.input.images  # the question and its image stay in the box
+    assert not window.banner.isVisible()  # said in the box, where the image is, not in a banner
+    window.input.no_vision.linkActivated.emit("library:images")
+    assert window.library_panel.isVisible()  # opened on its "Images" choice
+    window.library_panel.hide()
+    window.input.remove_image(0)
+    assert not window.input.no_vision.isVisible()  # the warning goes with the image
+    window.input.clear()
 
     # the tray option needs a system tray; without one it says so and stays off
     window.tray.action.setChecked(True)
@@ -370,9 +406,9 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     assert argv[argv.index("--mmproj") + 1] == projector
     qtbot.waitUntil(lambda: window.vision, timeout=10_000)  # loaded with its projector: it reads images
     # ...and a restart (as after a crash) starts the engine on that pair
-    window.vision = False
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
         window.restart_engine()
+        assert not window.vision  # a new engine process: nothing known until its /props answers
     qtbot.waitUntil(lambda: window.vision, timeout=10_000)
     window.tray.action.setChecked(False)
     window.close()
@@ -391,6 +427,7 @@ def test_an_image_dropped_in_the_question_is_sent_and_answered(
         ),
         sampling=SamplingSettings(temperature=0.0, max_tokens=16),
         api_port=0,
+        session=WindowSession(tmp_path / "window.ini"),
     )
     qtbot.addWidget(window)
     window.show()

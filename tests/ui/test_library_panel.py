@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHeaderView
 from pytestqt.qtbot import QtBot
 
 from app.catalog import curated, download, manifest
@@ -243,10 +245,20 @@ def test_a_download_that_fails_says_why(
             panel.download_button.click()
     finally:
         fake_hub.repo_status.clear()
-    assert panel.message.text().startswith("Download of gemma-other failed:")
-    assert "403" in panel.message.text()
-    assert _column(panel, 3)["gemma-other"].startswith("failed:")
+    # the reason is said once, under the table; the table's row says only that it failed
+    assert panel.download_state.text().startswith("Download failed:")
+    assert "403" in panel.download_state.text()
+    assert panel.message.text() == ""
+    assert _column(panel, 3)["gemma-other"] == "download failed"
+    row = panel.catalog.row_of("gemma-other")
+    assert "403" in panel.catalog.data(panel.catalog.index(row, 3), Qt.ItemDataRole.ToolTipRole)
+    assert panel.download_bar.isHidden()  # no empty bar that looks like an input field
     assert panel.download_button.isEnabled()  # it can be tried again
+    # squeezed, the table still shows rows, and long text is shortened with "…" in columns one can widen
+    view = panel.catalog_view
+    assert view.minimumHeight() >= 4 * view.verticalHeader().defaultSectionSize()
+    assert view.textElideMode() == Qt.TextElideMode.ElideRight
+    assert view.horizontalHeader().sectionResizeMode(1) == QHeaderView.ResizeMode.Interactive
     panel.wait()
 
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpinBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.chats.store import ChatStore
 from app.config import SamplingSettings, Settings, load_settings, save_settings
-from app.ui.settings_dialog import RESTART_SECTIONS, ConversationSettingsDialog, SettingsDialog
+from app.ui.settings_dialog import ConversationSettingsDialog, SettingsDialog
+from app.ui.settings_pages import APPLIES, ENGINE_RESTART, NOW, pages
 from tests.support.chats import fill_store
 
 
@@ -112,7 +113,7 @@ def test_settings_dialog_has_a_row_for_every_field_by_type(qtbot: QtBot, tmp_pat
     fields = {(s, n) for s, info in Settings.model_fields.items() for n in info.annotation.model_fields}
     shown = {(s, n) for s, editors in dialog.editors.items() for n in editors}
     assert shown == fields
-    assert dialog.tabs.count() == len(Settings.model_fields)
+    assert dialog.tabs.count() == len(pages())
     kinds = {(s, n): type(e.widget) for s, editors in dialog.editors.items() for n, e in editors.items()}
     assert kinds[("draft", "adaptive")] is QCheckBox
     assert kinds[("draft", "mode")] is QComboBox
@@ -159,14 +160,48 @@ def test_settings_dialog_saves_the_file_and_loads_it_back(qtbot: QtBot, tmp_path
     assert again.editors["engine"]["tensor_split"].widget.text() == "3, 1"
 
 
-def test_settings_dialog_models_only_needs_no_restart(qtbot: QtBot, tmp_path: Path) -> None:
-    assert "models" not in RESTART_SECTIONS
+def test_settings_dialog_models_only_needs_no_engine_restart(qtbot: QtBot, tmp_path: Path) -> None:
     dialog = SettingsDialog(tmp_path / "config.toml")
     qtbot.addWidget(dialog)
     dialog.editors["models"]["hf_cache"].widget.setChecked(False)
     dialog.save_button.click()
     assert dialog.changed_sections == {"models"}
     assert not dialog.restart_needed
+    assert dialog.next_start_needed  # the library reads its folders when the window starts
+
+
+def test_settings_are_grouped_for_people_and_say_when_they_apply(qtbot: QtBot, tmp_path: Path) -> None:
+    dialog = SettingsDialog(tmp_path / "config.toml")
+    qtbot.addWidget(dialog)
+    titles = [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())]
+    assert titles == ["Model", "Speed", "Privacy & network", "Appearance", "Advanced"]
+    labels = {(s, n): e.label for s, editors in dialog.editors.items() for n, e in editors.items()}
+    # words for people, not the config's names
+    for raw in ("N batch", "Device argmax", "Mmproj", "N ctx", "Gpu layers", "GPU layers"):
+        assert raw not in labels.values()
+    assert labels[("engine", "n_batch")] == "Prompt tokens per batch"
+    assert labels[("engine", "mmproj")].startswith("Vision projector")
+    gpu_layers = dialog.editors["engine"]["gpu_layers"].widget
+    assert gpu_layers.value() == -1
+    assert gpu_layers.text() == "all"  # not "-1"
+    assert dialog.editors["engine"]["n_ctx"].widget.text().startswith("automatic")
+    theme = dialog.editors["appearance"]["theme"].widget
+    assert [theme.itemText(i) for i in range(theme.count())] == ["system", "light", "dark"]
+    # the engine details sit under Advanced
+    advanced = dialog.tabs.widget(titles.index("Advanced"))
+    assert advanced.isAncestorOf(dialog.editors["engine"]["n_batch"].widget)
+    assert not advanced.isAncestorOf(dialog.editors["sampling"]["temperature"].widget)
+    # each row says truthfully when it takes effect: the window sends sampling with every question
+    assert dialog.rows[("sampling", "temperature")].applies == NOW
+    assert dialog.rows[("sampling", "top_k")].applies == NOW
+    assert dialog.rows[("sampling", "repeat_last_n")].applies == ENGINE_RESTART  # the engine's alone
+    assert dialog.rows[("appearance", "theme")].applies == NOW
+    assert dialog.rows[("engine", "n_ctx")].applies == ENGINE_RESTART
+    page = dialog.tabs.widget(titles.index("Model"))
+    assert APPLIES[NOW] in [w.text() for w in page.findChildren(QLabel)]
+    dialog.editors["sampling"]["temperature"].widget.setValue(0.2)
+    dialog.save_button.click()
+    assert not dialog.restart_needed  # it applies at once, so nothing asks for a restart
 
 
 def test_settings_dialog_restore_defaults(qtbot: QtBot, tmp_path: Path) -> None:
@@ -197,8 +232,8 @@ def test_settings_dialog_refuses_bad_values_and_leaves_the_file(qtbot: QtBot, tm
     dialog.editors["draft"]["ngram_min"].widget.setValue(5)
     dialog.save_button.click()
     assert dialog.result() != SettingsDialog.DialogCode.Accepted
-    assert "Seed must be from 0 to" in dialog.error.text()
-    assert "Tensor split must be a number" in dialog.error.text()
+    assert "Random seed must be from 0 to" in dialog.error.text()
+    assert "Share of the model per GPU (e.g. 3, 1) must be a number" in dialog.error.text()
     assert file.read_text() == "[engine]\nn_ctx = 2048\n"
 
 
