@@ -61,3 +61,8 @@ def gemma_path() -> Path:
 @pytest.fixture(scope="session")
 def qwen_path() -> Path:
     return _packaged("qwen2.5-coder-1.5b-instruct", "FORESIGHT_TEST_QWEN")
+
+
+@pytest.fixture(scope="session")
+def qwen_draft_path() -> Path:
+    return _packaged("qwen2.5-coder-0.5b-instruct", "FORESIGHT_TEST_QWEN_DRAFT")

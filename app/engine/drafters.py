@@ -295,6 +295,7 @@ class CrossVocabDrafter:
         self._greedy = _GreedyModel(model)
         self._prompt_tokens: list[int] = []
         self._generated = bytearray()
+        self._prompt_len = 0
         self._seen = 0  # committed target tokens already turned into text
         self._context: list[int] = []
 
@@ -303,7 +304,7 @@ class CrossVocabDrafter:
             draft_prompt = self.target_text(prompt)
         self._prompt_tokens = self.model.tokenize(draft_prompt, True, True)
         self._generated.clear()
-        self._seen = len(prompt)
+        self._prompt_len = self._seen = len(prompt)
         self._context = []
 
     def target_text(self, tokens: list[int]) -> bytes:
@@ -312,7 +313,11 @@ class CrossVocabDrafter:
     def _drafter_context(self, committed: list[int]) -> list[int]:
         """The drafter's tokens for its prompt plus the text of what the target generated so far."""
         if len(committed) < self._seen:
-            raise ValueError("committed history shrank without begin()")
+            # The answer ended inside the last step (at an end-of-generation token or a stop string):
+            # the drafter saw the whole step, and only the committed tokens stay.
+            self._generated = bytearray(self.target_text(committed[self._prompt_len :]))
+            self._seen = len(committed)
+            self._context = []
         if len(committed) == self._seen and self._context:
             return self._context
         self._generated += self.target_text(committed[self._seen :])
