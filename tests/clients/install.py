@@ -59,30 +59,31 @@ def installed(name: str) -> Path | None:
 
 
 def install(name: str) -> Path:
-    """Install one client into a fresh folder, renamed into place only when the install succeeded."""
+    """Install one client into its folder; `.complete` is written last, so a broken install is redone.
+
+    The install happens in place: a venv's scripts name their interpreter by absolute path, so a venv
+    cannot be moved into place once built.
+    """
     client = PINS[name]
     done = installed(name)
     if done is not None:
         return done
-    final = client_dir(name)
-    work = final.with_name(final.name + ".part")
-    shutil.rmtree(work, ignore_errors=True)
-    work.parent.mkdir(parents=True, exist_ok=True)
+    folder = client_dir(name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
     quiet_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "npm_config_update_notifier": "false"}
     if client.kind == "pip":
-        subprocess.run([sys.executable, "-m", "venv", str(work)], check=True)
-        pip = [str(work / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off", "-q"]
+        subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+        pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off", "-q"]
         subprocess.run([*pip, client.spec], check=True, env=quiet_env)
     else:
-        work.mkdir()
-        npm = ["npm", "install", "--prefix", str(work), "--no-audit", "--no-fund", "--loglevel", "error"]
+        folder.mkdir()
+        npm = ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel", "error"]
         subprocess.run([*npm, client.spec], check=True, env=quiet_env)
-    if not (work / client.command).exists():
+    if not (folder / client.command).exists():
         raise RuntimeError(f"{client.spec} installed no {client.command}")
-    (work / ".complete").write_text(client.spec + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    work.rename(final)
-    return installed(name) or final / client.command
+    (folder / ".complete").write_text(client.spec + "\n")
+    return folder / client.command
 
 
 def main(argv: list[str]) -> int:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from app.engine.sampling import Candidates, Sampler, SamplingParams, draw_index
+from app.engine.errors import InvalidRequest
+from app.engine.sampling import Candidates, LogprobTrace, Sampler, SamplingParams, draw_index
 from app.engine.speculative import rejection_accept, sample_and_compare
 
 ALPHA = 0.001  # significance level of every goodness-of-fit test in this file
@@ -178,3 +181,54 @@ def test_params_come_from_the_configured_defaults_with_overrides() -> None:
     p = SamplingParams.from_settings(defaults, temperature=0.0, seed=None, top_k=5)
     assert (p.temperature, p.top_k, p.seed) == (0.0, 5, defaults.seed)
     assert (p.top_p, p.min_p, p.repeat_last_n) == (defaults.top_p, defaults.min_p, defaults.repeat_last_n)
+
+
+# --- penalties, logit bias and logprobs (llama.cpp's penalties and logit-bias samplers) ---------------
+def test_presence_and_frequency_penalties_follow_llama_cpp() -> None:
+    logits = np.array([2.0, 1.9, 1.0, -1.0], dtype=np.float32)
+    history = [0, 0, 0, 3]  # token 0 three times, token 3 once
+    for params, want in (
+        (SamplingParams(presence_penalty=0.5), [1.5, 1.9, 1.0, -1.5]),
+        (SamplingParams(frequency_penalty=0.5), [0.5, 1.9, 1.0, -1.5]),
+        (SamplingParams(repeat_penalty=2.0, frequency_penalty=0.1), [0.7, 1.9, 1.0, -2.1]),
+    ):
+        sampler = Sampler(params, 4)
+        np.testing.assert_allclose(sampler._penalised(logits, history, []), want, rtol=1e-6)
+    assert Sampler(SamplingParams(presence_penalty=0.5), 4).pick(logits, history) == 1
+    assert Sampler(SamplingParams(presence_penalty=0.5, repeat_last_n=1), 4).pick(logits, history) == 0
+    assert logits[0] == pytest.approx(2.0)  # the backend's row is never modified
+
+
+def test_a_logit_bias_adds_to_its_tokens() -> None:
+    logits = np.array([2.0, 1.0, 0.0], dtype=np.float32)
+    assert Sampler(SamplingParams(logit_bias=((2, 100.0),)), 3).pick(logits, []) == 2
+    assert Sampler(SamplingParams(logit_bias=((0, -100.0),)), 3).pick(logits, []) == 1
+    ids, probs = Sampler(SamplingParams(temperature=1.0, logit_bias=((1, 1.0),)), 3).distribution(logits, [])
+    assert list(ids) == [0, 1, 2]
+    np.testing.assert_allclose(probs, _softmax(np.array([2.0, 2.0, 0.0])), rtol=1e-6)
+    with pytest.raises(InvalidRequest, match="logit_bias"):
+        Sampler(SamplingParams(logit_bias=((3, 1.0),)), 3)
+
+
+def test_whatever_changes_the_row_keeps_argmax_and_top_k_on_the_host() -> None:
+    for params in (
+        SamplingParams(presence_penalty=0.1),
+        SamplingParams(frequency_penalty=0.1),
+        SamplingParams(logit_bias=((1, 1.0),)),
+        SamplingParams(logprobs=LogprobTrace(2)),
+    ):
+        assert not params.plain_greedy
+        assert Sampler(replace(params, temperature=0.7, top_k=40), 10).device_k == 0
+    assert SamplingParams(presence_penalty=0.1, repeat_last_n=0).plain_greedy  # an empty window: nothing
+
+
+def test_the_logprob_trace_records_every_pick_from_the_raw_row() -> None:
+    logits = np.log(np.array([0.6, 0.3, 0.1], dtype=np.float32))
+    trace = LogprobTrace(top_n=2)
+    sampler = Sampler(SamplingParams(temperature=1.0, seed=3, logprobs=trace, presence_penalty=1.0), 3)
+    picks = [sampler.pick(logits, [0]) for _ in range(20)]
+    assert [t.token for t in trace.tokens] == picks
+    for entry in trace.tokens:  # the model's distribution, before penalties and temperature
+        assert entry.logprob == pytest.approx(float(np.log([0.6, 0.3, 0.1][entry.token])), abs=1e-6)
+        assert [t for t, _ in entry.top] == [0, 1]
+        assert entry.top[0][1] == pytest.approx(np.log(0.6), abs=1e-6)

@@ -260,3 +260,41 @@ def test_a_format_without_tool_calls_refuses_tools() -> None:
             chat.render([{"role": "user", "content": "hi"}], [TOOL])
         assert chat.render([{"role": "user", "content": "hi"}])  # without tools it still renders
     assert template_format("{% if tools %}<tool_call>{% endif %}") == "hermes"
+
+
+# --- what only offered tools and the doubled-brace form change ---------------------------------------
+DOUBLED = '<tool_call>\n{{"name": "get_weather", "arguments": {"city": "Paris"}}}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("pieces", [None, 1, 4], ids=["whole", "by-1", "by-4"])
+def test_the_doubled_brace_form_is_a_call(pieces: int | None) -> None:
+    """Qwen2.5-Coder copies its template's example, whose braces Jinja doubled, into some of its calls."""
+    parsed = parse(f"Checking.\n{DOUBLED}", pieces)
+    assert parsed.content == "Checking."
+    assert calls(parsed) == [(0, "get_weather", {"city": "Paris"})]
+    fenced = '```json\n{{"name": "get_time", "arguments": {"zone": "CET"}}}\n```'
+    assert calls(parse(fenced, pieces)) == [(0, "get_time", {"zone": "CET"})]
+
+
+@pytest.mark.parametrize(
+    ("body", "name"),
+    [
+        ('{{"name": "f"}} trailing', None),  # text after the braces: not a call
+        ("{{not json}}", None),
+        ('{{{"name": "f"}}}}}', "f"),  # any number of extra braces around one whole call
+        ('{{"name": "f", "arguments": {}}', "f"),  # the inner call is whole, an outer brace short
+    ],
+    ids=["text-after", "not-json", "tripled", "outer-brace-short"],
+)
+def test_doubled_braces_count_around_one_whole_call(body: str, name: str | None) -> None:
+    call = parse_call(body, 0)
+    assert (call.name if call else None) == name
+
+
+@pytest.mark.parametrize("pieces", [None, 1], ids=["whole", "by-1"])
+def test_a_call_to_a_function_never_offered_stays_text(pieces: int | None) -> None:
+    greet = '<tool_call>\n{"name": "greet", "arguments": {"name": "Bob"}}\n</tool_call>'
+    parsed = parse(f"{greet}\n{WEATHER}", pieces)
+    assert parsed.content == greet
+    assert calls(parsed) == [(0, "get_weather", {"city": "Paris"})]
+    assert parse(WEATHER, pieces, offered=()).calls == []  # no tools offered: no calls at all
