@@ -17,6 +17,9 @@ from app.engine.generation import GenerationRequest
 from app.engine.stats import SpecStats
 
 NEAR_TIE = 0.5  # logits: a greedy run may part from another only where the top-2 margin is below this
+# Runs of one side that spread more than this (max - min over the median) say the machine's speed moved
+# during the bench (single runs on a shared GPU vary by about 8%): the ratio is then less sure.
+SPREAD_WARNING = 0.10
 
 
 @dataclass
@@ -40,13 +43,32 @@ class PromptReport:
     first_difference: int | None = None
     margin: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # tok/s of every run when each side ran more than once (the reported run is the median one)
+    # tok/s of every run of each side (the reported run is the median one)
     plain_runs: list[float] = field(default_factory=list)
     spec_runs: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
         return self.spec.tok_s / self.plain.tok_s if self.plain.tok_s else 0.0
+
+    @property
+    def plain_spread(self) -> float:
+        return spread(self.plain_runs)
+
+    @property
+    def spec_spread(self) -> float:
+        return spread(self.spec_runs)
+
+    def warnings(self) -> list[str]:
+        out = []
+        for side, runs in (("plain", self.plain_runs), ("speculative", self.spec_runs)):
+            if spread(runs) > SPREAD_WARNING:
+                out.append(
+                    f"warning: {self.name}: the {side} runs spread {100 * spread(runs):.0f}% "
+                    f"({', '.join(f'{x:.1f}' for x in runs)} tok/s), more than {100 * SPREAD_WARNING:.0f}%: "
+                    "the machine's speed moved during the bench, so its ratio is less sure"
+                )
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         s = self.spec.stats
@@ -58,12 +80,16 @@ class PromptReport:
             "spec_tok_s": round(self.spec.tok_s, 2),
             "plain_tok_s_runs": [round(x, 2) for x in self.plain_runs],
             "spec_tok_s_runs": [round(x, 2) for x in self.spec_runs],
+            "plain_spread": round(self.plain_spread, 4),
+            "spec_spread": round(self.spec_spread, 4),
+            "warnings": self.warnings(),
             "ratio": round(self.ratio, 3),
             "mean_accepted_len": round(s.mean_accepted_len, 3),
             "acceptance_rate": round(s.acceptance_rate, 3),
             "draft_lengths": {str(k): v for k, v in sorted(s.draft_lengths.items())},
             "accepted_histogram": {str(k): v for k, v in sorted(s.accepted_hist.items())},
             "fallback_steps": s.fallback_steps,
+            "fallback_reason": s.fallback_reason,
             "host_share": round(s.host_s / s.decode_s, 3) if s.decode_s else 0.0,
             "plain_host_share": round(self.plain.stats.host_s / self.plain.stats.decode_s, 3)
             if self.plain.stats.decode_s
@@ -111,6 +137,14 @@ def run_once(
     return RunResult(out_tokens, "".join(text), stats)
 
 
+def warm_up(engine: Engine, entry: dict[str, Any]) -> None:
+    """Untimed runs of both sides first: first-use costs (allocations, kernel loading, graph capture) must
+    not land on the first prompt's timed runs."""
+    tokens, draft_prompt = prompt_tokens(engine, entry)
+    run_once(engine, tokens, draft_prompt, 8, speculative=False)
+    run_once(engine, tokens, draft_prompt, 8, speculative=True)
+
+
 def top2_margin(engine: Engine, context: list[int]) -> float:
     """Gap between the best and second-best logit after `context`, from one plain pass."""
     target = engine.target
@@ -125,10 +159,18 @@ def _median_run(runs: list[RunResult]) -> RunResult:
     return sorted(runs, key=lambda r: r.tok_s)[(len(runs) - 1) // 2]
 
 
-def bench_prompt(engine: Engine, entry: dict[str, Any], n_tokens: int, repeat: int = 1) -> PromptReport:
-    """Plain and speculative runs of one prompt; with `repeat`, each side runs that many times in
-    alternating order (plain, spec, spec, plain, ...) so that a drift of the machine's speed falls on
-    both, and the median run of each side is reported."""
+def spread(runs: list[float]) -> float:
+    """(max - min) / median of the runs' tok/s; 0 for fewer than two runs."""
+    if len(runs) < 2:
+        return 0.0
+    middle = statistics.median(runs)
+    return (max(runs) - min(runs)) / middle if middle else 0.0
+
+
+def bench_prompt(engine: Engine, entry: dict[str, Any], n_tokens: int, repeat: int = 3) -> PromptReport:
+    """Plain and speculative runs of one prompt: each side runs `repeat` times in alternating order
+    (plain, spec, spec, plain, ...) so that a drift of the machine's speed falls on both, and the median
+    run of each side is reported with the spread of its runs."""
     tokens, draft_prompt = prompt_tokens(engine, entry)
     plains: list[RunResult] = []
     specs: list[RunResult] = []
@@ -143,16 +185,15 @@ def bench_prompt(engine: Engine, entry: dict[str, Any], n_tokens: int, repeat: i
         diff = n
     margin = top2_margin(engine, tokens + plain.tokens[:diff]) if diff is not None else None
     report = PromptReport(entry["name"], entry.get("kind", ""), plain, spec, diff is None, diff, margin)
-    if repeat > 1:
-        report.plain_runs = [r.tok_s for r in plains]
-        report.spec_runs = [r.tok_s for r in specs]
+    report.plain_runs = [r.tok_s for r in plains]
+    report.spec_runs = [r.tok_s for r in specs]
     return report
 
 
 def format_table(reports: list[PromptReport]) -> str:
     head = (
         f"{'prompt':<24} {'kind':<10} {'plain t/s':>9} {'spec t/s':>9} {'ratio':>6} {'acc.len':>7} "
-        f"{'acc%':>5} {'mean k':>9} {'fallbk':>6} {'host%':>5}  output"
+        f"{'acc%':>5} {'mean k':>9} {'fallbk':>6} {'host%':>5} {'spread':>6}  output"
     )
     lines = [head, "-" * len(head)]
     for r in reports:
@@ -169,7 +210,7 @@ def format_table(reports: list[PromptReport]) -> str:
         lines.append(
             f"{r.name:<24} {r.kind:<10} {r.plain.tok_s:>9.1f} {r.spec.tok_s:>9.1f} {r.ratio:>5.2f}x "
             f"{s.mean_accepted_len:>7.2f} {100 * s.acceptance_rate:>5.0f} {k_mean:>9.1f} "
-            f"{s.fallback_steps:>6} {host:>5.1f}  {same}"
+            f"{s.fallback_steps:>6} {host:>5.1f} {100 * max(r.plain_spread, r.spec_spread):>5.0f}%  {same}"
         )
     return "\n".join(lines)
 
@@ -228,7 +269,7 @@ def shape_profile(
 
 
 def run_bench(
-    engine: Engine, prompts: list[dict[str, Any]], n_tokens: int, as_json: bool, repeat: int = 1
+    engine: Engine, prompts: list[dict[str, Any]], n_tokens: int, as_json: bool, repeat: int = 3
 ) -> list[PromptReport]:
     props = engine.props()
     if not as_json:
@@ -245,10 +286,7 @@ def run_bench(
                 if m in (1, 2, 4, 8, 16, 32)
             )
             print(f"verify cost (ms) by batch size: {curve}")
-    # Warm-up: first-use costs (allocations, kernel loading) must not land on the first prompt.
-    warm_tokens, warm_draft = prompt_tokens(engine, prompts[0])
-    run_once(engine, warm_tokens, warm_draft, 8, speculative=False)
-    run_once(engine, warm_tokens, warm_draft, 8, speculative=True)
+    warm_up(engine, prompts[0])
     reports = []
     for entry in prompts:
         report = bench_prompt(engine, entry, n_tokens, repeat)
@@ -259,8 +297,9 @@ def run_bench(
             print(format_table([report]).splitlines()[-1], flush=True)
     summary = summarise(reports)
     props = engine.props()
+    warnings = [w for r in reports for w in r.warnings()]
     if as_json:
-        print(json.dumps({"summary": summary, "props": props}), flush=True)
+        print(json.dumps({"summary": summary, "warnings": warnings, "props": props}), flush=True)
     else:
         print()
         print(format_table(reports))
@@ -274,5 +313,9 @@ def run_bench(
             rel = props["draft"]["policy"]["verify_cost_relative"]
             shown = ", ".join(f"{m}:{rel[m - 1]}" for m in (1, 2, 4, 8, 16, 32) if m <= len(rel))
             print(f"verify cost relative to one step (after the run): {shown}")
+        print(f"draft choice: {props['draft']['choice']['reason']}")
+        print(f"each side ran {repeat} times, alternating; the median run is reported")
+        for warning in warnings:
+            print(warning)
     sys.stdout.flush()
     return reports

@@ -84,8 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--repeat",
         type=int,
-        default=1,
-        help="run each side this many times, alternating, and report each side's median run",
+        default=3,
+        help="run each side this many times, alternating, and report each side's median run and spread",
+    )
+    bench.add_argument(
+        "--trace",
+        choices=("record", "replay"),
+        help="trace: record the drafter's agreement with the target per position (a real pair), or "
+        "replay it on this pair: real-size costs, small-pair acceptance",
+    )
+    bench.add_argument(
+        "--trace-file", type=Path, default=None, help="the agreement trace (bench/traces/*.json)"
     )
     bench.add_argument(
         "--shapes", action="store_true", help="only time verify passes by width (steady and alternating)"
@@ -254,6 +263,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         compare(Path(resolve_model(args.target)), backends, args.tokens, args.json, args.bandwidth)
         return 0
     with _engine(args) as engine:
+        if args.trace:
+            from app.cli import trace
+
+            path = args.trace_file or trace.DEFAULT_TRACE
+            if args.trace == "record":
+                trace.record(engine, prompts, args.tokens, path)
+            else:
+                trace.replay(engine, prompts, trace.load_trace(path), args.tokens, args.repeat, args.json)
+            return 0
         if args.shapes:
             from app.cli.bench import shape_profile
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,20 +155,24 @@ def cost_key(target: Backend, flash_attn: str) -> str:
     )
 
 
-def measure_token_cost(model: Backend, repeats: int = 3) -> tuple[float, float]:
-    """Seconds per token of `model` drafting (one-token decodes) and reading context (a 64-token batch)."""
+def measure_token_cost(model: Backend, repeats: int = 7) -> tuple[float, float]:
+    """Seconds per token of `model` drafting (one-token decodes) and reading context (a 64-token batch):
+    medians over `repeats` after an untimed pass of each shape (a first pass may build or capture it),
+    so one slow pass on a busy machine moves neither figure."""
     model.rollback(0)
     base = [model.vocab.bos if model.vocab.bos >= 0 else 1] * 64
-    model.decode_argmax(base, len(base) - 1)  # untimed: a first pass of a shape may build or capture it
-    model.rollback(0)
-    t0 = time.perf_counter()
     model.decode_argmax(base, len(base) - 1)
-    prefill = (time.perf_counter() - t0) / len(base)
-    best = float("inf")
+    model.decode_argmax([base[0]], 0)
+    prefills, steps = [], []
+    for _ in range(max(1, repeats // 2)):
+        model.rollback(0)
+        t0 = time.perf_counter()
+        model.decode_argmax(base, len(base) - 1)
+        prefills.append((time.perf_counter() - t0) / len(base))
     for _ in range(repeats):
         t0 = time.perf_counter()
         model.decode_argmax([base[0]], 0)
-        best = min(best, time.perf_counter() - t0)
+        steps.append(time.perf_counter() - t0)
         model.rollback(len(base))
     model.rollback(0)
-    return best, prefill
+    return statistics.median(steps), statistics.median(prefills)

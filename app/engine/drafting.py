@@ -83,6 +83,7 @@ class Drafting:
         self._clock = clock
         self._images = images
         self._shadow = _Shadow()
+        self._reads_prompt = True  # a drafter model's first draft reads the prompt first
 
     @property
     def source(self) -> str:
@@ -140,7 +141,8 @@ class Drafting:
         t0 = self._clock()
         draft = drafter.propose(committed, k)[:k]
         seconds = self._clock() - t0
-        policy.observe_draft_cost(len(draft), seconds)
+        policy.observe_draft_cost(len(draft), seconds, per_token=not self._reads_prompt)
+        self._reads_prompt = False
         return Draft(draft, k, len(draft), seconds)
 
     def observe(self, committed: list[int], draft: Draft, result: StepResult, step_t0: float) -> float:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
-from app.config import Settings
+from app.config import ConfigError, Settings
 from app.engine.backends.base import Backend
 from app.engine.backends.choice import BackendChoice, choose_backend
 from app.engine.backends.llama import LlamaBackend
@@ -31,7 +31,8 @@ from app.engine.drafters import (
 from app.engine.drafting import Speculation
 from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
 from app.engine.generation import Chunk, GenerationRequest, StepHook, generate
-from app.engine.policy import DraftPolicy
+from app.engine.policy import TRIAL_STEPS, DraftPolicy, TrialState
+from app.engine.stats import DraftGains
 from app.engine.vision import (
     IMAGE_POSITION,
     ImageError,
@@ -93,8 +94,23 @@ def _native_or_why_not(
 
 UNPLACED_N_CTX = 4096  # the context of an Engine built without a placement (tests, scripts)
 
+
+def check_settings(settings: Settings) -> None:
+    """Settings that cannot work together, refused before anything loads."""
+    es, ds = settings.engine, settings.draft
+    if ds.mode != "none" and es.n_batch < ds.max_draft + 1:
+        raise ConfigError(
+            f"engine.n_batch {es.n_batch} is smaller than draft.max_draft + 1 = {ds.max_draft + 1}: a verify "
+            "pass takes a draft and the token before it at once; raise n_batch or lower max_draft"
+        )
+
+
 class Engine:
     """The one owner of the loaded models; call it from one thread at a time."""
+
+    # After a drafter model's trial failed, generations draft by lookup; a new trial comes after this
+    # many of them, then after twice as many, and so on: acceptance differs from task to task.
+    RETRIAL_AFTER = 4
 
     def __init__(
         self,
@@ -113,6 +129,7 @@ class Engine:
             self.settings = self.settings.model_copy(update={"engine": engine})
         self.placement: dict[str, Any] | None = None  # where the engine process placed the pair, and why
         es, ds = self.settings.engine, self.settings.draft
+        check_settings(self.settings)
         report = progress or (lambda stage: None)
         report("loading target")
         self.backend_reason = ""
@@ -124,6 +141,10 @@ class Engine:
         self.vocab_verdict: VocabVerdict | None = None
         self.drafter: Drafter | None = None
         self.policy: DraftPolicy | None = None
+        self.lookup: Speculation | None = None  # where a drafter model's trial failed: drafts by lookup
+        self._retrial_after = self.RETRIAL_AFTER
+        self._since_failure = 0
+        self._gained = DraftGains()
         self.costs: VerifyCosts | None = None
         self.vision: Vision | None = None
         try:  # whatever fails from here on, the loaded target is freed
@@ -150,9 +171,19 @@ class Engine:
                     cost_key(self.target, es.flash_attn),
                     shape_sensitive=self.target.facts.device == "gpu",
                 )
+                model = self.drafter.source != "ngram"
                 self.policy = DraftPolicy(
-                    self.costs, ds.max_draft, self.drafter.cost_per_token_s, ds.adaptive
+                    self.costs,
+                    ds.max_draft,
+                    self.drafter.cost_per_token_s,
+                    ds.adaptive,
+                    trial_steps=TRIAL_STEPS if model else 0,
                 )
+                if model and ds.adaptive:
+                    self.lookup = Speculation(
+                        NgramDrafter(ds.ngram_min, max(ds.ngram_min, ds.ngram_max)),
+                        DraftPolicy(self.costs, ds.max_draft, 0.0, ds.adaptive),
+                    )
         except BaseException:
             self.close()
             raise
@@ -331,10 +362,24 @@ class Engine:
     # --- generation -----------------------------------------------------------------------------------
     @property
     def speculation(self) -> Speculation | None:
-        """What generations draft with (None: plain decoding only)."""
+        """What the next generation drafts with (None: plain decoding only): the drafter, or where a
+        drafter model's trial failed, the lookup."""
         if self.drafter is None or self.policy is None:
             return None
+        if self.lookup is not None and self.policy.trial.state is TrialState.FAILED:
+            return self.lookup
         return Speculation(self.drafter, self.policy)
+
+    def _revisit_trial(self) -> None:
+        """A failed drafter model gets a new trial now and then, ever more rarely."""
+        policy = self.policy
+        if policy is None or self.lookup is None or policy.trial.state is not TrialState.FAILED:
+            return
+        self._since_failure += 1
+        if self._since_failure > self._retrial_after:
+            self._since_failure = 0
+            self._retrial_after *= 2
+            policy.retry_trial()
 
     def generate(
         self,
@@ -345,7 +390,43 @@ class Engine:
         if request.stop and not all(isinstance(s, str) for s in request.stop):
             raise InvalidRequest("stop must be a list of strings")
         req = dataclasses.replace(request, stop=[*request.stop, *self.chat.stop])
-        return generate(self.target, req, self.speculation, cancel, on_step)
+        if request.speculative:
+            self._revisit_trial()
+        return self._tallied(generate(self.target, req, self.speculation, cancel, on_step))
+
+    def _tallied(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        for chunk in chunks:
+            if chunk.stats is not None and chunk.stats.draft_source != "none":
+                self._gained.add(chunk.stats)
+            yield chunk
+
+    def _draft_choice(self) -> dict[str, Any]:
+        """Which drafter the next generation uses, why, and what drafting gained so far."""
+        speculation = self.speculation
+        out: dict[str, Any] = {"drafter": speculation.drafter.source if speculation else "none"}
+        policy = self.policy
+        if self.drafter is None or policy is None:
+            out["reason"] = "plain decoding: the settings ask for no drafter"
+        elif self.drafter.source == "ngram":
+            out["reason"] = "n-gram prompt lookup, as the settings ask (no drafter model given)"
+        elif not policy.adaptive:
+            out["reason"] = "the drafter model at a fixed draft length (draft.adaptive is off)"
+        else:
+            trial = policy.trial
+            out["trial"] = trial.as_dict()
+            if trial.state is TrialState.RUNNING:
+                out["reason"] = (
+                    f"the drafter model on trial: {trial.drafted_steps} of {trial.steps} drafted steps made"
+                )
+            elif trial.state is TrialState.PAID:
+                out["reason"] = f"the drafter model: its {trial.verdict}"
+            else:
+                out["reason"] = (
+                    f"n-gram prompt lookup: the drafter model's {trial.verdict}; it is tried again after "
+                    f"{self._retrial_after - self._since_failure} more generations"
+                )
+        out["gained"] = self._gained.as_dict()
+        return out
 
     def props(self) -> dict[str, Any]:
         t = self.target
@@ -376,7 +457,10 @@ class Engine:
                 "tool_call_format": self.chat.tool_format,
                 "fill_in_the_middle": t.fim_tokens() is not None,
             },
-            "draft": {"source": self.drafter.source if self.drafter else "none"},
+            "draft": {
+                "source": self.drafter.source if self.drafter else "none",
+                "choice": self._draft_choice(),
+            },
             "vision": self.vision is not None,
             "placement": self.placement,
         }

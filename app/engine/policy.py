@@ -20,6 +20,9 @@ step, not a miss.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
 
 from app.engine.calibration import COST_EMA, VerifyCosts
 from app.engine.estimates import (
@@ -51,6 +54,60 @@ _PROBE_BUDGET = 0.1
 # A draft accepted whole from this length on starts a run ("hot"): prose shares a word or two with
 # its context by chance (measured: chat with n-gram lookups on an H200 lost 3-15% at 2).
 _HOT_RUN = 3
+# A drafter model is tried before it is judged: priors alone refused a 0.5B drafter for a 7B target on
+# an H200 before it drafted once. Eight drafted steps of four tokens see 32 positions, enough to tell
+# a drafter that keeps two tokens a step from one that keeps none, for a few hundred ms on a CPU.
+TRIAL_STEPS = 8
+_TRIAL_DRAFT = 4
+
+
+class TrialState(Enum):
+    NONE = "none"  # a lookup, or a policy that does not adapt: nothing to try
+    RUNNING = "running"
+    PAID = "paid"  # drafting paid at the end of the trial
+    FAILED = "failed"  # it did not: the policy decodes plainly (and probes), the engine may look up instead
+
+
+@dataclass
+class Trial:
+    """A drafter model's first drafted steps, made whatever the priors say, and what they showed."""
+
+    steps: int  # drafted steps the trial takes (0: none)
+    state: TrialState = TrialState.NONE
+    drafted_steps: int = 0
+    drafted: int = 0  # draft tokens verified
+    accepted: int = 0
+    draft_s: float = 0.0  # what the trial cost: drafting and verifying
+    verify_s: float = 0.0
+    verdict: str = ""  # the decision at its end, in words
+
+    def __post_init__(self) -> None:
+        if self.steps > 0:
+            self.state = TrialState.RUNNING
+
+    @property
+    def running(self) -> bool:
+        return self.state is TrialState.RUNNING
+
+    def record(self, drafted: int, accepted: int, verify_s: float) -> None:
+        self.drafted_steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.verify_s += verify_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "steps": self.steps,
+            "drafted_steps": self.drafted_steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "accepted_per_step": round(self.accepted / self.drafted_steps, 3) if self.drafted_steps else 0.0,
+            "cost_s": {"draft": round(self.draft_s, 4), "verify": round(self.verify_s, 4)},
+            "verdict": self.verdict,
+        }
+
+
 class DraftPolicy:
     """Chooses each step's draft length; one instance per loaded pair, learning across requests.
 
@@ -59,8 +116,15 @@ class DraftPolicy:
     """
 
     def __init__(
-        self, costs: VerifyCosts, max_draft: int, draft_cost_s: float, adaptive: bool = True
+        self,
+        costs: VerifyCosts,
+        max_draft: int,
+        draft_cost_s: float,
+        adaptive: bool = True,
+        trial_steps: int = 0,
     ) -> None:
+        """trial_steps: a drafter model's trial, in drafted steps (0: none; a lookup needs none, its
+        drafts are scored for free while it decodes plainly)."""
         self.costs = costs
         self.max_draft = max_draft
         self.draft_cost_s = draft_cost_s
@@ -77,6 +141,7 @@ class DraftPolicy:
         self._grace = False  # a hot run just missed: one more draft at the same width
         self._lookup_choice = False  # the last choice was a lookup's, at its one width
         self.last_reason = ""
+        self.trial = Trial(trial_steps if adaptive else 0)
 
     def begin_request(self) -> None:
         """A new generation: its text owes nothing to the last one's run, and its prefill pass has
@@ -260,6 +325,9 @@ class DraftPolicy:
         self._lookup_choice = self._one_width(available)
         if not self.adaptive:
             return self.max_draft
+        if self.trial.running:
+            self.last_reason = ""
+            return min(_TRIAL_DRAFT, self.max_draft)
         if self._grace:
             # An edited copy misses at each change and goes on right after it (the lookup resyncs on
             # the target's own token): one more draft at the width in use, instead of paying the way
@@ -272,17 +340,40 @@ class DraftPolicy:
             self._probes.reset()
             self.last_reason = ""
             return k
-        self.last_reason = (
-            f"drafting would not pay here: best draft length {k} promises {gain:.2f}x a plain step "
-            f"(verify cost ratio c({k + 1})/c(1) = {self._pass_seconds(k + 1) / self._pass_seconds(1):.2f}, "
-            f"drafter {self.draft_cost_s * 1e3:.2f} ms/token)"
-        )
+        self.last_reason = self._refusal(k, gain)
         if not self._probes.due(probe):
             return 0
         # A short probe keeps the acceptance estimate fresh; no probe is spent where even a perfect
         # draft would lose (a drafter too dear), nor where what the drafter must first read costs
         # more than perfect drafts could save.
         return max(1, min(4, self.max_draft)) if self._probe_pays(catch_up_s, remaining) else 0
+
+    def _refusal(self, k: int, gain: float) -> str:
+        reason = (
+            f"drafting would not pay here: best draft length {k} promises {gain:.2f}x a plain step "
+            f"(verify cost ratio c({k + 1})/c(1) = {self._pass_seconds(k + 1) / self._pass_seconds(1):.2f}, "
+            f"drafter {self.draft_cost_s * 1e3:.2f} ms/token)"
+        )
+        if self.trial.state is TrialState.FAILED:
+            reason += f"; {self.trial.verdict}"
+        return reason
+
+    def retry_trial(self) -> None:
+        """Try the drafter again (a failed trial is revisited: acceptance differs from task to task)."""
+        if self.adaptive and self.trial.steps > 0:
+            self.trial = Trial(self.trial.steps)
+
+    def _end_trial(self) -> None:
+        trial = self.trial
+        k, gain = self.best()
+        paid = k > 0 and gain >= _MIN_GAIN
+        trial.state = TrialState.PAID if paid else TrialState.FAILED
+        trial.verdict = (
+            f"trial of {trial.drafted_steps} drafted steps kept {trial.accepted} of {trial.drafted} drafted "
+            f"tokens ({trial.accepted / max(trial.drafted_steps, 1):.2f} a step) at "
+            f"{self.draft_cost_s * 1e3:.2f} ms per drafted token: best draft length {k} promises "
+            f"{gain:.2f}x a plain step, so {'drafting' if paid else 'plain decoding'}"
+        )
 
     def observe_position(self, position: int, hit: bool, state: DraftState, last: bool = False) -> None:
         """One shadow observation of draft position `position` (0-based) given the ones before it matched.
@@ -321,12 +412,20 @@ class DraftPolicy:
         `accepted` counts real draft tokens only, never filler."""
         width = drafted + 1 if width is None else width
         self.observe_acceptance(drafted, accepted)
+        if self.trial.running and drafted > 0:
+            self.trial.record(drafted, accepted, verify_s)
+            if self.trial.drafted_steps >= self.trial.steps:
+                self._end_trial()
         self._passes.record(width, self.state.kind, self._stretches)
         # The first passes after a change of width carry its switch penalty, not the steady cost.
         if self.costs.switch is None or self._passes.run >= 3:
             self.costs.observe(width, verify_s)
         self.host_s += COST_EMA * (host_s - self.host_s)
 
-    def observe_draft_cost(self, n_tokens: int, seconds: float) -> None:
-        if n_tokens > 0:
+    def observe_draft_cost(self, n_tokens: int, seconds: float, per_token: bool = True) -> None:
+        """A draft of n_tokens took `seconds`; per_token False: it also read context (a prompt) first, so it
+        counts toward a trial's cost but says nothing of the drafter's cost per token."""
+        if self.trial.running:
+            self.trial.draft_s += seconds
+        if n_tokens > 0 and per_token:
             self.draft_cost_s += COST_EMA * (seconds / n_tokens - self.draft_cost_s)

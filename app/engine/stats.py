@@ -114,3 +114,25 @@ class SpecStats:
             },
             "tokens_per_second": round(self.tokens_per_second, 2),
         }
+
+
+class DraftGains:
+    """What drafting gained over the generations that drafted: tokens per target pass, acceptance."""
+
+    def __init__(self) -> None:
+        self.generations = 0
+        self.emitted = self.passes = self.drafted = self.accepted = 0
+
+    def add(self, stats: SpecStats) -> None:
+        self.generations += 1
+        self.emitted += stats.emitted
+        self.passes += stats.steps
+        self.drafted += stats.drafted
+        self.accepted += stats.accepted
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "generations": self.generations,
+            "tokens_per_pass": round(self.emitted / self.passes, 3) if self.passes else 0.0,
+            "acceptance_rate": round(self.accepted / self.drafted, 3) if self.drafted else 0.0,
+        }

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.catalog import gguf
+from app.config import ConfigError, DraftSettings, EngineSettings, Settings
 from app.engine.backends.llama import LlamaBackend
 from app.engine.engine import Engine
 from app.engine.errors import ContextLengthExceeded, DrafterUnusable, InvalidRequest, ModelLoadError
@@ -104,3 +105,16 @@ def test_context_overflow_and_limits(gemma_path: Path) -> None:
         assert len(near_full) + sum(len(c.tokens) for c in chunks) <= 256
         ok = list(engine.generate(GenerationRequest(prompt=engine.tokenize_text("Hello"), max_tokens=4)))
         assert sum(len(c.tokens) for c in ok) == 4
+
+
+def test_settings_that_cannot_work_together_fail_at_load(gemma_path: Path) -> None:
+    too_narrow = Settings(
+        engine=EngineSettings(n_ctx=512, n_batch=32, n_threads=2), draft=DraftSettings(max_draft=40)
+    )
+    with pytest.raises(ConfigError, match=r"engine.n_batch 32 is smaller than draft.max_draft \+ 1 = 41"):
+        Engine(gemma_path, None, too_narrow)
+    plain = Settings(
+        engine=EngineSettings(n_ctx=512, n_batch=32, n_threads=2), draft=DraftSettings(mode="none")
+    )
+    with Engine(gemma_path, None, plain) as engine:  # no drafts: no verify pass to fit
+        assert engine.drafter is None

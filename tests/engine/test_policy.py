@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.engine.calibration import VerifyCosts
-from app.engine.policy import DraftPolicy
+from app.engine.policy import TRIAL_STEPS, DraftPolicy, TrialState
 
 # Measured on a 2-core CPU, Qwen2.5-Coder-1.5B Q4_K_M (ms): verifying m tokens costs about m steps.
 CPU_QWEN = {1: 33.0, 2: 60.0, 4: 100.0, 8: 200.0, 16: 250.0, 17: 260.0}
@@ -253,3 +253,63 @@ def test_an_answer_that_shares_only_phrases_stops_its_excursions_and_a_copy_does
         chat.set_match(32)
         assert chat.choose(available=16) == 16
     assert chat.goes_on() > 0.95
+
+
+def _trial_policy(points: dict[int, float], draft_cost: float) -> DraftPolicy:
+    costs = VerifyCosts.from_points({m: v / 1e3 for m, v in points.items()}, 17)
+    return DraftPolicy(costs, 16, draft_cost, trial_steps=TRIAL_STEPS)
+
+
+def _drafted_step(p: DraftPolicy, accepted_of: int | None = None) -> int:
+    """One step as generation makes it: a choice, and if it drafted, its outcome (all kept by default)."""
+    k = p.choose()
+    if k > 0:
+        p.observe_draft_cost(k, k * p.draft_cost_s)
+        p.observe(k, k if accepted_of is None else accepted_of, 0.2, 0.0)
+    return k
+
+
+def test_a_drafter_model_is_tried_before_its_priors_refuse_it() -> None:
+    # The priors alone refuse a drafter this dear on a CPU (see above)...
+    p = _trial_policy(CPU_QWEN, draft_cost=0.39 * 0.033)
+    assert p.trial.state is TrialState.RUNNING
+    # ...but the trial drafts its steps, and what they keep decides.
+    ks = [_drafted_step(p, accepted_of=0) for _ in range(TRIAL_STEPS)]
+    assert all(k > 0 for k in ks)
+    assert p.trial.state is TrialState.FAILED
+    assert p.trial.drafted_steps == TRIAL_STEPS
+    assert p.trial.accepted == 0
+    assert p.trial.draft_s > 0
+    assert p.choose() == 0
+    assert "trial of 8 drafted steps kept 0 of" in p.last_reason
+    assert "plain decoding" in p.trial.verdict
+
+
+def test_a_drafter_whose_trial_pays_goes_on_drafting() -> None:
+    p = _trial_policy(H200_7B, draft_cost=0.0003)
+    for _ in range(TRIAL_STEPS):
+        assert _drafted_step(p) > 0
+    assert p.trial.state is TrialState.PAID
+    assert "so drafting" in p.trial.verdict
+    assert p.choose() > 0
+
+
+def test_a_failed_trial_can_be_run_again_and_lookups_need_none() -> None:
+    p = _trial_policy(CPU_QWEN, draft_cost=0.39 * 0.033)
+    for _ in range(TRIAL_STEPS):
+        _drafted_step(p, accepted_of=0)
+    p.retry_trial()
+    assert p.trial.state is TrialState.RUNNING
+    assert p.choose() > 0
+    assert _policy(CPU_QWEN).trial.state is TrialState.NONE  # a lookup is scored for free instead
+    fixed = DraftPolicy(VerifyCosts.from_points({1: 0.03}, 17), 16, 0.01, adaptive=False, trial_steps=8)
+    assert fixed.trial.state is TrialState.NONE
+
+
+def test_a_draft_that_read_the_prompt_first_tells_the_trial_its_cost_but_not_the_per_token_cost() -> None:
+    p = _trial_policy(CPU_QWEN, draft_cost=0.010)
+    p.observe_draft_cost(4, 2.0, per_token=False)  # 800 prompt tokens read, then 4 drafted
+    assert p.draft_cost_s == 0.010
+    assert p.trial.draft_s == 2.0
+    p.observe_draft_cost(4, 0.08)
+    assert p.draft_cost_s > 0.010
