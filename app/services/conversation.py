@@ -393,8 +393,8 @@ class ActiveConversation(QObject):
         answer.grew.connect(self._answer_grew)
         answer.ended.connect(self._answer_ended)
         self.answer = answer
-        self._answer_grew()
         self.changed.emit()
+        self._answer_grew()
 
     def _answer_grew(self) -> None:
         if self.answer is not None:  # the count follows the answer as it is written (an estimate)

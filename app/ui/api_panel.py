@@ -213,8 +213,9 @@ class ApiServerPanel(QDockWidget):
         self.key.setEnabled(needs_key)
         self.show_key.setEnabled(needs_key)
         self.key.setToolTip("" if needs_key else "A key is needed only when other devices may connect")
+        planned_key = self.keys.key()[0] if needs_key else None  # what clients will need once it is on
         endpoint = self.endpoint() or Endpoint(
-            f"http://127.0.0.1:{self.port.value() or 8080}/v1", self.model, self.context, None
+            f"http://127.0.0.1:{self.port.value() or 8080}/v1", self.model, self.context, planned_key
         )
         configs = endpoint.clients()
         self._masked = endpoint.masked().clients()

@@ -50,6 +50,7 @@ class Banner(QFrame):
             row.addWidget(button)
         row.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
         self._restyle()
+        theme.notifier().changed.connect(self._restyle)
         self.hide()
 
     def say(
@@ -95,7 +96,7 @@ class Banner(QFrame):
         return self.label.text()
 
     def changeEvent(self, event: QEvent) -> None:
-        if event.type() == QEvent.Type.PaletteChange:
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             self._restyle()
         super().changeEvent(event)
 

@@ -156,6 +156,7 @@ class Composer(QWidget):
         layout.addWidget(self._thumb_row)
         layout.addLayout(box)
         self._restyle()
+        theme.notifier().changed.connect(self._restyle)
 
     def set_vision(self, vision: bool) -> None:
         """Whether the loaded model reads images (the engine's /props); images in the box are judged again."""
@@ -178,7 +179,7 @@ class Composer(QWidget):
         event.acceptProposedAction()
 
     def changeEvent(self, event: QEvent) -> None:
-        if event.type() == QEvent.Type.PaletteChange:
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             self._restyle()
         super().changeEvent(event)
 

@@ -5,11 +5,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory, QWidget
 
 THEMES = ("system", "light", "dark")
 _system: tuple[str, QPalette] | None = None  # the style and palette the app started with
+
+
+class _Notifier(QObject):
+    changed = Signal()  # the theme changed: widgets with colours of their own restyle
+
+
+_notifier: _Notifier | None = None
+
+
+def notifier() -> _Notifier:
+    """What says the theme changed (a widget with a style sheet misses the palette's own change events)."""
+    global _notifier
+    if _notifier is None:
+        _notifier = _Notifier()
+    return _notifier
 
 
 def _dark_palette() -> QPalette:
@@ -54,9 +70,10 @@ def apply(theme: str, app: QApplication | None = None) -> None:
     if theme == "system":
         app.setStyle(QStyleFactory.create(_system[0]) or app.style())
         app.setPalette(_system[1])
-        return
-    app.setStyle(QStyleFactory.create("Fusion"))
-    app.setPalette(_dark_palette() if theme == "dark" else app.style().standardPalette())
+    else:
+        app.setStyle(QStyleFactory.create("Fusion"))
+        app.setPalette(_dark_palette() if theme == "dark" else app.style().standardPalette())
+    notifier().changed.emit()
 
 
 def is_dark(widget: QWidget | None = None) -> bool:

@@ -285,6 +285,18 @@ def test_the_api_server_switch_serves_the_openai_client_and_a_restart_keeps_it_o
     key = panel.key.text()
     assert key
     assert "keyring" in panel.key_note.text()
+    assert panel.address.text() == info["url"]  # one line, never wrapped
+    for name in ("Continue", "curl"):
+        panel.client_choice.setCurrentText(name)
+        assert key not in panel.config.toPlainText()  # the key shows only when asked...
+    panel.show_key.click()
+    assert key in panel.config.toPlainText()  # ...with Show
+    panel.show_key.click()
+    # greyed while serving, with the reason
+    assert not panel.port.isEnabled()
+    assert panel.port.toolTip() == "Stop the API server to change this."
+    assert not panel.lan.isEnabled()
+    assert panel.lan.toolTip() == "Stop the API server to change this."
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=info["url"], api_key="wrong", max_retries=0).models.list()
     lan = openai.OpenAI(base_url=info["url"], api_key=key, max_retries=0, timeout=60)
