@@ -167,6 +167,8 @@ class FieldEditor:
         if not text:
             if self.optional:
                 return None
+            if self.kind is str:  # an empty text is a value (e.g. no remote devices)
+                return ""
             raise InvalidValue(f"{self.label} needs a value.")
         if self.kind in (int, float):
             return parse_number(text, self.kind, self.bounds, self.label)

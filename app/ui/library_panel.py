@@ -44,7 +44,8 @@ from app.ui import theme
 from app.ui.panel import scrolled
 
 NGRAM, NO_DRAFT = "ngram", "none"
-COLUMN_WIDTH = 150
+NAME_WIDTH = 190
+COLUMN_WIDTH = 120
 MIN_COLUMN_WIDTH = 48
 MIN_ROWS_SHOWN = 4  # a table keeps room for this many rows however the panel is squeezed
 
@@ -60,7 +61,7 @@ def _table(model: Any) -> QTableView:
     view.setTextElideMode(Qt.TextElideMode.ElideRight)  # a long name is shortened, never clipped
     header = view.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)  # the user can widen a column
-    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # the name takes the room left
+    header.setStretchLastSection(True)
     header.setDefaultSectionSize(COLUMN_WIDTH)
     header.setMinimumSectionSize(MIN_COLUMN_WIDTH)
     view.setMinimumHeight(view.verticalHeader().defaultSectionSize() * MIN_ROWS_SHOWN)
@@ -70,10 +71,12 @@ def _table(model: Any) -> QTableView:
 
 
 def _fit_columns(view: QTableView) -> None:
-    """Columns as wide as their text, up to COLUMN_WIDTH (the rest elides; the user can widen them)."""
-    for column in range(1, view.model().columnCount()):
+    """Columns as wide as their text, up to NAME_WIDTH for the first (the name) and COLUMN_WIDTH for the
+    others: the rest elides, and the user can widen them."""
+    for column in range(view.model().columnCount() - 1):
         view.resizeColumnToContents(column)
-        view.setColumnWidth(column, min(view.columnWidth(column), COLUMN_WIDTH))
+        widest = NAME_WIDTH if column == 0 else COLUMN_WIDTH
+        view.setColumnWidth(column, min(view.columnWidth(column), widest))
 
 
 class LibraryPanel(QDockWidget):

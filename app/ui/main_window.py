@@ -200,7 +200,8 @@ class MainWindow(QMainWindow):
     def _restore(self) -> None:
         """Come back as the window was left: size, panels, the last conversation, the API switch."""
         self.session.restore_layout(self, self.split)
-        self.api_panel.set_switch(self.session.api)
+        if (switch := self.session.api) is not None:
+            self.api_panel.set_switch(switch)
         last = self.session.conversation
         if last is not None and self.conversations.model.row_of(last) >= 0:
             self.conversation.select(last)

@@ -67,8 +67,11 @@ class WindowSession:
         self._settings.setValue("chat/conversation", "" if conversation_id is None else conversation_id)
 
     @property
-    def api(self) -> ApiSwitch:
+    def api(self) -> ApiSwitch | None:
+        """The switch as it was left, or None where it was never saved (the window's own default holds)."""
         s = self._settings
+        if not s.contains("api/on"):
+            return None
 
         def flag(key: str) -> bool:
             return str(s.value(key, "false")).lower() == "true"

@@ -199,7 +199,7 @@ class SettingsDialog(QDialog):
         self.rows: dict[tuple[str, str], Row] = {}
         self.tabs = QTabWidget()
         for page in pages():
-            self.tabs.addTab(self._page(page), page.title)
+            self.tabs.addTab(self._page(page), page.title.replace("&", "&&"))  # "&" alone marks a shortcut
         self.show_settings(self.loaded)
 
         note = f"Saved to {self.file}."

@@ -95,6 +95,7 @@ ADVANCED = Page(
         Row("engine", "draft_backend", "Drafter runner"),
         Row("engine", "gpu_layers", "Layers on the GPU", "all"),
         Row("engine", "tensor_split", "Share of the model per GPU (e.g. 3, 1)"),
+        Row("engine", "rpc", "Remote devices (ggml-rpc workers, host:port, …)"),
         Row("engine", "device_argmax", "Pick the likeliest word on the GPU"),
         Row("engine", "flash_attn", "Flash attention"),
         Row("engine", "max_image_bytes", "Largest image (bytes)"),
@@ -112,6 +113,11 @@ ADVANCED = Page(
 def pages() -> tuple[Page, ...]:
     """Every page, Advanced last, which also takes any field no page names (a new one gets its own name
     until it is given a place)."""
+    fields = {
+        (section, name)
+        for section, info in Settings.model_fields.items()
+        for name in info.annotation.model_fields  # type: ignore[union-attr]
+    }
     named = {(r.section, r.name) for p in (*PAGES, ADVANCED) for r in p.rows}
     rest = tuple(
         Row(section, name, name.replace("_", " ").capitalize())
@@ -119,4 +125,8 @@ def pages() -> tuple[Page, ...]:
         for name in info.annotation.model_fields  # type: ignore[union-attr]
         if (section, name) not in named
     )
-    return (*PAGES, Page(ADVANCED.title, ADVANCED.intro, ADVANCED.rows + rest))
+    pages = (*PAGES, Page(ADVANCED.title, ADVANCED.intro, ADVANCED.rows + rest))
+    # a row whose field this version of the settings does not have is left out
+    return tuple(
+        Page(p.title, p.intro, tuple(r for r in p.rows if (r.section, r.name) in fields)) for p in pages
+    )

@@ -69,7 +69,7 @@ def stats_line(spec: dict[str, Any]) -> str:
     if spec.get("tokens_per_second"):
         parts.append(f"{spec['tokens_per_second']:.1f} tok/s")
     if spec.get("drafted"):
-        parts.append(f"{spec.get('mean_accepted_len', 1):.2f} tokens per pass")
+        parts.append(f"{spec.get('mean_accepted_len', 1):.2f} tokens per target pass")
         rate = spec.get("acceptance_rate", 0)
         parts.append(f"{spec.get('accepted', 0)} of {spec['drafted']} drafted accepted ({rate:.0%})")
     return " · ".join(parts)

@@ -262,9 +262,8 @@ def test_a_stored_conversation_is_shown_with_each_answer_s_stats_line(transcript
         "mean_accepted_len": 1.7,
         "acceptance_rate": 0.7,
     }
-    assert (
-        stats_line(stats) == "12 tokens · 30.5 tok/s · 1.70 tokens per pass · 7 of 10 drafted accepted (70%)"
-    )
+    expected = "12 tokens · 30.5 tok/s · 1.70 tokens per target pass · 7 of 10 drafted accepted (70%)"
+    assert stats_line(stats) == expected
     assert stats_line({"emitted": 3}) == "3 tokens"  # nothing drafted: no speculation figures
     question = Message(1, 1, "user", "Say **hi**", stats={"emitted": 99})
     answer = Message(

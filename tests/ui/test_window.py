@@ -62,7 +62,8 @@ def _file_keys(tmp_path: Path) -> ApiKeys:
 def test_panels_open_beside_the_chat_without_widening_a_1024_by_700_window(
     qtbot: QtBot, store: ChatStore, tmp_path: Path
 ) -> None:
-    window = _window(qtbot, store, tmp_path / "window.ini")
+    window = _window(qtbot, store, tmp_path / "window.ini", api_port=0)
+    assert window.api_panel.port.value() == 0  # nothing saved yet: the window's own port holds
     window.resize(*SMALL)
     window.show()
     qtbot.waitExposed(window)
