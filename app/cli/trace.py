@@ -86,7 +86,10 @@ def record(engine: Engine, prompts: Sequence[dict[str, Any]], n_tokens: int, out
         role: {"name": m.facts.name, "file": Path(m.facts.path).name, "sha256": file_sha256(m.facts.path)}
         for role, m in (("target", engine.target), ("drafter", engine.draft_model))
     }
-    entries = []
+    entries: list[dict[str, Any]] = []
+    trace = {"version": VERSION, "max_agreement": MAX_AGREEMENT, "tokens": n_tokens, **models,
+             "prompts": entries}  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
     for entry in prompts:
         tokens, _ = prompt_tokens(engine, entry)
         answer = greedy_answer(engine, tokens, n_tokens)
@@ -94,10 +97,8 @@ def record(engine: Engine, prompts: Sequence[dict[str, Any]], n_tokens: int, out
         entries.append({"name": entry["name"], "kind": entry.get("kind", ""), "agreement": agreed})
         mean = statistics.fmean(agreed) if agreed else 0.0
         print(f"{entry['name']:<24} {len(answer):>4} positions, mean agreement {mean:5.2f}", flush=True)
-    trace = {"version": VERSION, "max_agreement": MAX_AGREEMENT, "tokens": n_tokens, **models,
-             "prompts": entries}  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(trace, indent=1) + "\n")
+        # written after every prompt: a long recording stopped half-way keeps what it measured
+        out.write_text(json.dumps(trace, indent=1) + "\n")
     return trace
 
 
