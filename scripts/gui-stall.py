@@ -28,6 +28,7 @@ from app.chats.store import ChatStore
 from app.config import SamplingSettings
 from app.services.engine import EngineLaunch
 from app.ui.main_window import MainWindow
+from app.ui.session import WindowSession
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm, with many details."
 
@@ -43,6 +44,7 @@ def main() -> int:
             store,
             EngineLaunch(str(resolve_model(a.target)), draft={"mode": "ngram"}, engine={"n_ctx": 2048}),
             sampling=SamplingSettings(temperature=0.8, seed=7, max_tokens=a.tokens),
+            session=WindowSession(Path(tmp) / "window.ini"),  # not the user's window
         )
         window.show()
         ticks: list[float] = []

@@ -15,6 +15,7 @@ from app.config import SamplingSettings, load_settings
 from app.services.engine import EngineLaunch
 from app.ui import theme
 from app.ui.main_window import MainWindow
+from app.ui.session import WindowSession
 
 SMOKE_PROMPT = "Reply with one word: ready?"
 SMOKE_TIMEOUT_MS = 300_000
@@ -39,7 +40,9 @@ def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False)
             launch = launch.with_target(str(local))
         else:
             offer = ([download.FileSpec(repo, name, "target")], models)
-    window = MainWindow(store, launch, n_ctx=n_ctx, sampling=SamplingSettings(**sampling))
+    # the installer check keeps its own window state, apart from the user's
+    session = WindowSession(paths.data_dir() / "smoke-window.ini") if smoke else None
+    window = MainWindow(store, launch, n_ctx=n_ctx, sampling=SamplingSettings(**sampling), session=session)
     window.show()
     if smoke:
         _smoke(app, window)
@@ -55,6 +58,8 @@ def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False)
         store.close()
         if smoke:
             store_path.unlink(missing_ok=True)
+            if session is not None:
+                session.path.unlink(missing_ok=True)
 
 
 def _smoke(app: QApplication, window: MainWindow) -> None:
