@@ -52,9 +52,7 @@ def test_an_answer_cut_short_is_continued_where_it_stopped(client: httpx.Client)
     assert len(tokens) == 24
     cut = "".join(tokens[:10])  # cut at a token boundary, as a stopped stream leaves it
     assert answer.startswith(cut)
-    rest = _chat(
-        client, [*QUESTION, {"role": "assistant", "content": cut}], 14, continue_final_message=True
-    )
+    rest = _chat(client, [*QUESTION, {"role": "assistant", "content": cut}], 14, continue_final_message=True)
     assert rest.status_code == 200, rest.text
     # greedy: the continuation is what the whole answer said after the cut
     assert cut + rest.json()["choices"][0]["message"]["content"] == answer
