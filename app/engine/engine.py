@@ -19,6 +19,7 @@ from app.engine.backends.native import MAX_WIDTH as NATIVE_MAX_WIDTH
 from app.engine.backends.native import NativeBackend, native_support
 from app.engine.calibration import VerifyCosts, cost_key, measure_token_cost, measure_verify_costs
 from app.engine.chat import ChatFormat
+from app.engine.draft_choice import DraftChoice
 from app.engine.drafters import (
     CrossVocabDrafter,
     Drafter,
@@ -31,8 +32,7 @@ from app.engine.drafters import (
 from app.engine.drafting import Speculation
 from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
 from app.engine.generation import Chunk, GenerationRequest, StepHook, generate
-from app.engine.policy import TRIAL_STEPS, DraftPolicy, TrialState
-from app.engine.stats import DraftGains
+from app.engine.policy import TRIAL_STEPS, DraftPolicy
 from app.engine.vision import (
     IMAGE_POSITION,
     ImageError,
@@ -108,10 +108,6 @@ def check_settings(settings: Settings) -> None:
 class Engine:
     """The one owner of the loaded models; call it from one thread at a time."""
 
-    # After a drafter model's trial failed, generations draft by lookup; a new trial comes after this
-    # many of them, then after twice as many, and so on: acceptance differs from task to task.
-    RETRIAL_AFTER = 4
-
     def __init__(
         self,
         target: str | Path,
@@ -141,10 +137,7 @@ class Engine:
         self.vocab_verdict: VocabVerdict | None = None
         self.drafter: Drafter | None = None
         self.policy: DraftPolicy | None = None
-        self.lookup: Speculation | None = None  # where a drafter model's trial failed: drafts by lookup
-        self._retrial_after = self.RETRIAL_AFTER
-        self._since_failure = 0
-        self._gained = DraftGains()
+        self.choice = DraftChoice()
         self.costs: VerifyCosts | None = None
         self.vision: Vision | None = None
         try:  # whatever fails from here on, the loaded target is freed
@@ -179,11 +172,9 @@ class Engine:
                     ds.adaptive,
                     trial_steps=TRIAL_STEPS if model else 0,
                 )
-                if model and ds.adaptive:
-                    self.lookup = Speculation(
-                        NgramDrafter(ds.ngram_min, max(ds.ngram_min, ds.ngram_max)),
-                        DraftPolicy(self.costs, ds.max_draft, 0.0, ds.adaptive),
-                    )
+                if model and ds.adaptive:  # where the drafter model's trial fails, lookups draft
+                    lookup = NgramDrafter(ds.ngram_min, max(ds.ngram_min, ds.ngram_max))
+                    self.choice = DraftChoice(Speculation(lookup, DraftPolicy(self.costs, ds.max_draft, 0.0)))
         except BaseException:
             self.close()
             raise
@@ -362,24 +353,8 @@ class Engine:
     # --- generation -----------------------------------------------------------------------------------
     @property
     def speculation(self) -> Speculation | None:
-        """What the next generation drafts with (None: plain decoding only): the drafter, or where a
-        drafter model's trial failed, the lookup."""
-        if self.drafter is None or self.policy is None:
-            return None
-        if self.lookup is not None and self.policy.trial.state is TrialState.FAILED:
-            return self.lookup
-        return Speculation(self.drafter, self.policy)
-
-    def _revisit_trial(self) -> None:
-        """A failed drafter model gets a new trial now and then, ever more rarely."""
-        policy = self.policy
-        if policy is None or self.lookup is None or policy.trial.state is not TrialState.FAILED:
-            return
-        self._since_failure += 1
-        if self._since_failure > self._retrial_after:
-            self._since_failure = 0
-            self._retrial_after *= 2
-            policy.retry_trial()
+        """What the next generation drafts with (None: plain decoding only)."""
+        return self.choice.speculation(self.drafter, self.policy)
 
     def generate(
         self,
@@ -391,42 +366,8 @@ class Engine:
             raise InvalidRequest("stop must be a list of strings")
         req = dataclasses.replace(request, stop=[*request.stop, *self.chat.stop])
         if request.speculative:
-            self._revisit_trial()
-        return self._tallied(generate(self.target, req, self.speculation, cancel, on_step))
-
-    def _tallied(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-        for chunk in chunks:
-            if chunk.stats is not None and chunk.stats.draft_source != "none":
-                self._gained.add(chunk.stats)
-            yield chunk
-
-    def _draft_choice(self) -> dict[str, Any]:
-        """Which drafter the next generation uses, why, and what drafting gained so far."""
-        speculation = self.speculation
-        out: dict[str, Any] = {"drafter": speculation.drafter.source if speculation else "none"}
-        policy = self.policy
-        if self.drafter is None or policy is None:
-            out["reason"] = "plain decoding: the settings ask for no drafter"
-        elif self.drafter.source == "ngram":
-            out["reason"] = "n-gram prompt lookup, as the settings ask (no drafter model given)"
-        elif not policy.adaptive:
-            out["reason"] = "the drafter model at a fixed draft length (draft.adaptive is off)"
-        else:
-            trial = policy.trial
-            out["trial"] = trial.as_dict()
-            if trial.state is TrialState.RUNNING:
-                out["reason"] = (
-                    f"the drafter model on trial: {trial.drafted_steps} of {trial.steps} drafted steps made"
-                )
-            elif trial.state is TrialState.PAID:
-                out["reason"] = f"the drafter model: its {trial.verdict}"
-            else:
-                out["reason"] = (
-                    f"n-gram prompt lookup: the drafter model's {trial.verdict}; it is tried again after "
-                    f"{self._retrial_after - self._since_failure} more generations"
-                )
-        out["gained"] = self._gained.as_dict()
-        return out
+            self.choice.next_generation(self.policy)
+        return self.choice.tallied(generate(self.target, req, self.speculation, cancel, on_step))
 
     def props(self) -> dict[str, Any]:
         t = self.target
@@ -459,7 +400,7 @@ class Engine:
             },
             "draft": {
                 "source": self.drafter.source if self.drafter else "none",
-                "choice": self._draft_choice(),
+                "choice": self.choice.describe(self.drafter, self.policy),
             },
             "vision": self.vision is not None,
             "placement": self.placement,
