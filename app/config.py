@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app import paths
+from app.devices.rpc import parse_endpoints
 
 ENV_PREFIX = "FORESIGHT_"
 
@@ -81,7 +82,14 @@ class EngineSettings(Section):
         "architecture and weight types allow, else llama.cpp)",
     )
     gpu_layers: int = Field(-1, ge=-1, le=1024, description="layers offloaded on a GPU device (-1: all)")
-    tensor_split: list[float] | None = Field(None, description="share of the target per GPU, e.g. 3,1")
+    tensor_split: list[float] | None = Field(
+        None, description="share of the target per GPU, e.g. 3,1 (with rpc: the workers' devices first)"
+    )
+    rpc: str = Field(
+        "",
+        description="remote devices: ggml-rpc workers as host:port, comma-separated (`python -m app "
+        "rpc-worker` on each); the link is neither encrypted nor authenticated: loopback or an SSH tunnel",
+    )
     device_argmax: bool = Field(
         True, description="greedy decoding takes the argmax on the device instead of copying logits out"
     )
@@ -109,6 +117,11 @@ class EngineSettings(Section):
         if 0 < value < 256:
             raise ValueError("0 (sized by the fit) or at least 256 tokens")
         return value
+
+    @field_validator("rpc")
+    @classmethod
+    def _workers(cls, value: str) -> str:
+        return ",".join(str(e) for e in parse_endpoints(value))  # ValueError names a malformed one
 
 
 class ServerSettings(Section):

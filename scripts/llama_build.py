@@ -5,6 +5,7 @@
 
     python3 scripts/llama_build.py decide [--json]          the choice and why, in one line
     python3 scripts/llama_build.py install --python .venv/bin/python [--sdist F] [--find-links D]
+    python3 scripts/llama_build.py rpc-server --python .venv/bin/python   only the RPC worker binary
 
 It looks at the machine (NVIDIA GPU and CUDA toolkit with cuBLAS, AMD GPU and ROCm, Vulkan headers and
 glslc), picks CUDA, HIP, Vulkan or CPU, and says which and why. Every build is portable across CPUs
@@ -14,12 +15,22 @@ so wheels are built into a folder keyed by the flags and installed from there: a
 reused for a GPU build. The choice is recorded in the environment (`foresight-llama-build.json` under
 its prefix), so an unchanged choice installs nothing and a changed one rebuilds.
 
+The `rpc-server` binary (the worker of another machine, `python -m app rpc-worker`) is a second CMake
+build of the same vendored source: only `tools/rpc/rpc-server.cpp`, compiled against the headers and
+linked against the libggml of the wheel of the same key, into `<key>/bin/` of the cache, once per flag
+set. Linking against the wheel's libggml, rather than building ggml a second time, makes the worker
+run the very backends the wheel carries (every CPU variant, the GPU backend), and builds in about a
+minute where a second ggml build would take the wheel's time again (49 minutes with Vulkan on 2
+cores). It is installed beside the wheel's backends (`<site-packages>/bin`), where
+`ggml_backend_load_all()` looks (the executable's folder), with an rpath to the wheel's libggml.
+
 Standard library only: it runs before the venv has anything in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import hashlib
 import json
@@ -33,6 +44,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -304,17 +316,26 @@ def patch_vulkan_layer_settings(source: Path) -> bool:
     return True
 
 
+def sdist_cache() -> Path:
+    """Downloaded sources, kept beside the built wheels: a second build (rpc-server) needs no network."""
+    return cache_root().parent / "sdist"
+
+
 def _sdist(given: str | None, find_links: list[str], work: Path) -> Path:
     if given:
         return Path(given)
-    for folder in find_links:
+    for folder in [*find_links, sdist_cache()]:
         found = sorted(Path(folder).glob(f"llama_cpp_python-{LLAMA_VERSION}*.tar.gz"))
         if found:
             return found[-1]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(work)]
     cmd += [arg for d in find_links for arg in ("--find-links", d)]
     subprocess.run([*cmd, f"llama-cpp-python=={LLAMA_VERSION}"], check=True)
-    return next(work.glob(f"llama_cpp_python-{LLAMA_VERSION}*.tar.gz"))
+    downloaded = next(work.glob(f"llama_cpp_python-{LLAMA_VERSION}*.tar.gz"))
+    with contextlib.suppress(OSError):
+        sdist_cache().mkdir(parents=True, exist_ok=True)
+        shutil.copy2(downloaded, sdist_cache() / downloaded.name)
+    return downloaded
 
 
 def build(choice: Choice, sdist: str | None = None, find_links: list[str] = (), isolation: bool = True,
@@ -355,8 +376,8 @@ def build(choice: Choice, sdist: str | None = None, find_links: list[str] = (), 
 
 
 class BuildFailed(RuntimeError):
-    def __init__(self, choice: Choice, tail: str) -> None:
-        super().__init__(f"the {choice.backend} build failed:\n{tail}")
+    def __init__(self, choice: Choice, tail: str, what: str = "build") -> None:
+        super().__init__(f"the {choice.backend} {what} failed:\n{tail}")
         self.choice = choice
         self.tail = tail
 
@@ -390,6 +411,8 @@ def install(python: str, sdist: str | None = None, find_links: list[str] = (), i
         have = LLAMA_VERSION if list(home.glob(f"llama_cpp_python-{LLAMA_VERSION}.dist-info")) else ""
     if record and record.get("key") == choice.key and have == LLAMA_VERSION:
         print(f"llama-cpp-python {LLAMA_VERSION} ({choice.backend}) already installed", flush=True)
+        if not installed_rpc_server(python, target).is_file():
+            _with_rpc_server(python, choice, home, record, sdist, find_links, target)
         return choice
     wheel = cached_wheel(choice)
     if wheel is None:
@@ -417,8 +440,134 @@ def install(python: str, sdist: str | None = None, find_links: list[str] = (), i
     elif machine.cupy:
         print(f"CuPy already there: {machine.cupy}", flush=True)
     record = {**asdict(choice), "key": choice.key, "cupy_found": machine.cupy, "wheel": Path(wheel).name}
-    (home / RECORD).write_text(json.dumps(record, indent=1))
+    _with_rpc_server(python, choice, home, record, sdist, find_links, target)
     return choice
+
+
+def _with_rpc_server(python: str, choice: Choice, home: Path, record: dict, sdist: str | None,
+                     find_links: list[str], target: str | None) -> None:  # fmt: skip
+    """Install the rpc-server of the installed wheel and write the record with where it went; a failed
+    rpc-server build leaves the wheel installed (remote devices then have no local worker)."""
+    wheel = (cache_root() / LLAMA_VERSION / choice.key / str(record.get("wheel", ""))).resolve()
+    try:
+        if not wheel.is_file():
+            raise BuildFailed(choice, f"the wheel {wheel} is not in the cache", "rpc-server build")
+        record = {**record, "rpc_server": str(install_rpc_server(python, choice, wheel, sdist, find_links,
+                                                                 target))}  # fmt: skip
+    except (BuildFailed, OSError, subprocess.CalledProcessError, StopIteration) as failed:
+        print(f"no rpc-server: {failed}", file=sys.stderr, flush=True)
+        record = {**record, "rpc_server": "", "rpc_server_error": str(failed).splitlines()[0]}
+    (home / RECORD).write_text(json.dumps(record, indent=1))
+
+
+# --- the rpc-server binary ---------------------------------------------------------------------------
+
+RPC_SOURCE = "vendor/llama.cpp/tools/rpc/rpc-server.cpp"
+RPC_RECORD = "rpc-server.json"
+# where the executable finds libggml: beside it (the bundle's llama_cpp/lib), or from <site-packages>/bin
+RPATH = {"Darwin": "@loader_path;@loader_path/../lib;@loader_path/../llama_cpp/lib",
+         "Linux": "$ORIGIN;$ORIGIN/../lib;$ORIGIN/../llama_cpp/lib"}  # fmt: skip
+RPC_CMAKE = """cmake_minimum_required(VERSION 3.14)
+project(foresight_rpc_server CXX)
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_BUILD_TYPE Release)
+add_executable(rpc-server "${RPC_SOURCE}")
+target_include_directories(rpc-server PRIVATE "${WHEEL_ROOT}/include")
+find_library(GGML ggml PATHS "${WHEEL_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
+find_library(GGML_BASE ggml-base PATHS "${WHEEL_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
+target_link_libraries(rpc-server PRIVATE "${GGML}" "${GGML_BASE}")
+set_target_properties(rpc-server PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_RPATH "${RPATH}")
+"""
+
+
+def rpc_server_name(system: str | None = None) -> str:
+    return "rpc-server.exe" if (system or platform.system()) == "Windows" else "rpc-server"
+
+
+def cached_rpc_server(choice: Choice, root: Path | None = None) -> Path | None:
+    """The rpc-server built for `choice`'s wheel, or None (a binary without its record is not trusted)."""
+    folder = (root or cache_root()) / LLAMA_VERSION / choice.key / "bin"
+    binary = folder / rpc_server_name()
+    return binary if binary.is_file() and (folder / RPC_RECORD).is_file() else None
+
+
+def _cmake(work: Path) -> str:
+    """cmake from PATH, else the PyPI package that the wheel's own build uses, installed aside."""
+    found = shutil.which("cmake")
+    if found:
+        return found
+    aside = work / "cmake-package"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    "--target", str(aside), "cmake"], check=True)  # fmt: skip
+    return next(str(p) for p in aside.glob("cmake/data/bin/cmake*") if p.is_file())
+
+
+def build_rpc_server(choice: Choice, wheel: Path, sdist: str | None = None, find_links: list[str] = (),
+                     root: Path | None = None) -> Path:  # fmt: skip
+    """Compile rpc-server.cpp of the sdist against `wheel`'s headers and libggml, into `choice`'s cache
+    folder (bin/); returns the binary."""
+    folder = (root or cache_root()) / LLAMA_VERSION / choice.key / "bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="foresight-rpc-") as tmp:
+        work = Path(tmp)
+        archive = _sdist(sdist, list(find_links), work)
+        with tarfile.open(archive) as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith(RPC_SOURCE))
+            member.name = "rpc-server.cpp"
+            tar.extract(member, work / "src", filter="data")
+        with zipfile.ZipFile(wheel) as whl:  # the headers and libggml this worker links against
+            whl.extractall(work / "wheel", [n for n in whl.namelist() if n.startswith(("include/", "lib/"))])
+        (work / "src" / "CMakeLists.txt").write_text(RPC_CMAKE)
+        cmake = _cmake(work)
+        rpath = RPATH.get(platform.system(), "")
+        configure = [cmake, "-S", str(work / "src"), "-B", str(work / "build"),
+                     f"-DRPC_SOURCE={work / 'src' / 'rpc-server.cpp'}", f"-DWHEEL_ROOT={work / 'wheel'}",
+                     f"-DRPATH={rpath}"]  # fmt: skip
+        log_path = folder / "build.log"
+        print(f"building rpc-server for {choice.backend} ({choice.key}); log: {log_path}", flush=True)
+        with open(log_path, "w") as log:
+            for cmd in (configure, [cmake, "--build", str(work / "build"), "--config", "Release"]):
+                if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                    tail = log_path.read_text(errors="replace").splitlines()[-15:]
+                    raise BuildFailed(choice, "\n".join(tail), "rpc-server build")
+        built = next(p for p in (work / "build").rglob(rpc_server_name()) if p.is_file())
+        binary = folder / rpc_server_name()
+        shutil.copy2(built, binary)
+    minutes = (time.monotonic() - started) / 60
+    record = {"key": choice.key, "wheel": wheel.name, "source": RPC_SOURCE, "rpath": rpath,
+              "linked_against": "the wheel's libggml and libggml-base",
+              "minutes": round(minutes, 1)}  # fmt: skip
+    (folder / RPC_RECORD).write_text(json.dumps(record, indent=1))
+    print(f"built rpc-server in {minutes:.1f} min: {binary}", flush=True)
+    return binary
+
+
+def _site_packages(python: str, target: str | None) -> Path:
+    if target:
+        return Path(target)
+    out = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip()
+    return Path(out)
+
+
+def installed_rpc_server(python: str, target: str | None = None) -> Path:
+    """Where the environment's rpc-server goes: beside the wheel's backends (<site-packages>/bin)."""
+    return _site_packages(python, target) / "bin" / rpc_server_name()
+
+
+def install_rpc_server(python: str, choice: Choice, wheel: Path, sdist: str | None = None,
+                       find_links: list[str] = (), target: str | None = None) -> Path:  # fmt: skip
+    """Build (once per flag set) and install the rpc-server of `choice`'s wheel; returns where it went."""
+    binary = cached_rpc_server(choice)
+    if binary is None:
+        binary = build_rpc_server(choice, wheel, sdist, find_links)
+    else:
+        print(f"using the cached rpc-server {binary}", flush=True)
+    dest = installed_rpc_server(python, target)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, dest)
+    return dest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -433,6 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--find-links", action="append", default=[], help="a local folder of wheels/sdists")
     i.add_argument("--no-build-isolation", action="store_true", help="build with the packages already there")
     i.add_argument("--target", help="install into this folder (for PYTHONPATH) instead of the environment")
+    r = sub.add_parser("rpc-server", help="build (once per flag set) and install only the rpc-server binary")
+    r.add_argument("--python", required=True, help="the environment whose recorded wheel it goes with")
+    r.add_argument("--sdist", help="a llama-cpp-python sdist (.tar.gz) to build from instead of PyPI")
+    r.add_argument("--find-links", action="append", default=[], help="a local folder of wheels/sdists")
+    r.add_argument("--target", help="the folder the wheel was installed into with install --target")
     args = parser.parse_args(argv)
     if args.command == "decide":
         machine = probe(args.python)
@@ -441,6 +595,16 @@ def main(argv: list[str] | None = None) -> int:
               if args.json else choice.line())  # fmt: skip
         return 0
     links = args.find_links + [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if p]
+    if args.command == "rpc-server":
+        home = Path(args.target) if args.target else _prefix(args.python)
+        record = _read_record(home)
+        if record is None:
+            print(f"no llama.cpp build recorded in {home}: run install first", file=sys.stderr)
+            return 1
+        choice = Choice(record["backend"], record["cmake_args"], record["reason"], record.get("missing", []),
+                        record.get("patches", []), record.get("cupy", ""))  # fmt: skip
+        _with_rpc_server(args.python, choice, home, record, args.sdist, links, args.target)
+        return 0 if _read_record(home).get("rpc_server") else 1
     try:
         install(args.python, args.sdist, links, not args.no_build_isolation, target=args.target)
     except BuildFailed as failed:

@@ -14,7 +14,7 @@ from app.logs import setup_logging
 from app.resources import shipped
 
 log = logging.getLogger("foresight")
-COMMANDS = ("gui", "chat", "generate", "bench", "serve", "devices", "models")
+COMMANDS = ("gui", "chat", "generate", "bench", "serve", "devices", "models", "rpc-worker")
 DEFAULT_PROMPTS = shipped("bench/prompts.json")
 
 
@@ -34,6 +34,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         "draft_backend",
         "gpu_layers",
         "tensor_split",
+        "rpc",
         "device_argmax",
         "flash_attn",
         "mmproj",
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the admin token (the GUI's per-launch secret) as one line on stdin; "
         "else FORESIGHT_ADMIN_TOKEN; without one the /admin routes are off",
     )
+    serve.add_argument("--engine-child", action="store_true", help=argparse.SUPPRESS)  # the model process
     serve.add_argument(
         "--parent-pid",
         type=int,
@@ -132,10 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="the devices found, why others were not, and the placement")
     devices.add_argument("--json", action="store_true", help="print one JSON object")
     devices.add_argument("--target", default="default", help="model to place (a path or a packaged key)")
+    add_section_flags(devices, "engine", ["rpc"])
 
     from app.cli import models as models_cli
 
     models_cli.add_parser(sub)
+    from app.cli import rpc_worker
+
+    rpc_worker.add_parser(sub)
     return parser
 
 
@@ -253,6 +259,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts = [p for p in prompts if p["name"] in wanted or p.get("kind") in wanted]
         if not prompts:
             raise SystemExit(f"no prompt in {args.prompts} is named or of kind {args.only!r}")
+    if args.no_draft and _settings(args).engine.rpc:  # plain decoding here vs over the RPC workers
+        from app.catalog.packaged import resolve_model
+        from app.cli.rpc_bench import compare as compare_split
+
+        return compare_split(_settings(args), resolve_model(args.target), prompts, args.tokens, args.repeat,
+                             args.json)  # fmt: skip
     if args.backends:
         from app.catalog.packaged import resolve_model
         from app.cli.backend_bench import compare
@@ -293,7 +305,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     from app.catalog.packaged import ModelPackageMissing, resolve_model
     from app.devices import placement, probe
 
-    found = probe.discover()
+    found = probe.discover(rpc_servers=_settings(args).engine.rpc)
     out = found.to_json()
     try:
         need = fit.PairNeed(fit.read_shape(resolve_model(args.target)))
@@ -330,6 +342,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     return models_cli.run(args)
 
 
+def cmd_rpc_worker(args: argparse.Namespace) -> int:
+    from app.cli import rpc_worker
+
+    return rpc_worker.run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--engine"]:
@@ -355,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": cmd_serve,
         "devices": cmd_devices,
         "models": cmd_models,
+        "rpc-worker": cmd_rpc_worker,
     }
     try:
         return handlers[args.command](args)

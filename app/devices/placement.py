@@ -1,16 +1,17 @@
-"""Placement: where the target and drafter go and at what context; a pure function of devices and a need."""
+"""Placement: where the target and drafter go and at what context; a pure function of devices and a need,
+and its application in the engine process, where the RPC workers' devices join first."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.catalog import fit, gguf
 from app.catalog.fit import CONTEXT_TIERS as FIT_TIERS
 from app.catalog.fit import GIB, PairNeed
-from app.config import Settings
-from app.devices import probe
+from app.config import ConfigError, Settings
+from app.devices import probe, remote, rpc
 from app.devices.probe import NOT_IN_BUILD, Device
 
 BUSY_UTILISATION = 50  # percent; above it a device is someone else's
@@ -32,9 +33,11 @@ class UserChoice:
 class Placement:
     device: str  # cpu, gpu:N, or "gpu" with a tensor_split
     draft_device: str
-    tensor_split: list[float] | None
+    tensor_split: list[float] | None  # with remote devices: theirs first, then this machine's GPUs
     n_ctx: int
     reason: str
+    gpu_layers: int = -1  # layers off the CPU (-1: all); the rest stays on this machine's CPU
+    remote: list[str] = field(default_factory=list)  # the remote devices that take layers
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +72,7 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
     user = user or UserChoice()
     contexts = _contexts(user.n_ctx, need)
     cpu = next((d for d in devices if d.kind == "cpu"), None)
+    workers = [d for d in devices if d.is_remote]
     notes: list[str] = []
     gpus = []
     for d in devices:
@@ -85,15 +89,17 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
 
     if user.device != "auto" or user.draft_device != "auto" or user.tensor_split:
         device = user.device if user.device != "auto" else (_label(gpus[0]) if gpus else "cpu")
-        draft = user.draft_device if user.draft_device != "auto" else device
         split = list(user.tensor_split) if user.tensor_split else None
+        if split and user.device == "auto" and (gpus or workers):
+            device = "gpu"  # a split is over devices, the workers' included
+        draft = user.draft_device if user.draft_device != "auto" else device
         if user.n_ctx:
             return Placement(device, draft, split, user.n_ctx, "explicit user choice" + suffix)
         # the context is still ours to size: the largest tier the chosen device holds
         if device == "cpu":
             free = cpu.free_bytes if cpu is not None else 0
         elif device == "gpu" and split:
-            free = sum(g.free_bytes for g in gpus)
+            free = sum(g.free_bytes for g in [*gpus, *workers])
         else:
             index = int(device.partition(":")[2] or 0) if device.startswith("gpu") else -1
             free = next((g.free_bytes for g in gpus if g.index == index), 0)
@@ -142,6 +148,32 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
             f"target split over {names} by free memory: no single GPU holds it{suffix}",
         )  # fmt: skip
 
+    def spread(n_ctx: int, gpus: list[Device]) -> Placement | None:
+        """The target over the RPC workers' devices (first, as llama.cpp orders them) and this machine's
+        GPUs by free memory; what they cannot hold stays on this CPU. The drafter stays here."""
+        if not workers:
+            return None
+        free = sum(d.free_bytes for d in [*workers, *gpus])
+        ratios = [d.free_bytes / free for d in workers]
+        local = [0.0] * (max((g.index for g in gpus), default=-1) + 1)  # by llama.cpp's GPU index
+        for g in gpus:
+            local[g.index] = g.free_bytes / free
+        names = " + ".join(d.name for d in [*workers, *gpus])
+        target = need.with_margin(need.target_bytes(n_ctx))
+        layers, note = -1, "holds the target"
+        if target > free:  # the layers that fit there; the rest on this CPU, if it holds them
+            n_layer = need.target.n_layer + 1  # the output layer counts as llama.cpp counts it
+            layers = int(n_layer * free / target)
+            here = need.target_bytes(n_ctx) * (n_layer - layers) // n_layer + need.drafter_bytes(n_ctx)
+            if layers < 1 or (cpu is not None and need.with_margin(here) > cpu.free_bytes):
+                return None
+            note = f"takes {layers} of {n_layer} layers, the rest on this CPU"
+        return Placement(
+            "gpu", "cpu", [round(r, 3) for r in [*ratios, *local]], n_ctx,
+            f"target over {names} by free memory: {note} (each token crosses the network){suffix}",
+            layers, [d.name for d in workers],
+        )  # fmt: skip
+
     def on_cpu(n_ctx: int, gpus: list[Device]) -> Placement | None:
         if cpu is not None and need.total(n_ctx) > cpu.free_bytes and n_ctx != contexts[-1]:
             return None
@@ -150,7 +182,7 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
             why += f", and RAM is short too ({cpu.free_bytes / GIB:.1f} GiB free)"
         return Placement("cpu", "cpu", None, n_ctx, f"CPU: {why}{suffix}")
 
-    for strategy in (one_gpu, apart, split, on_cpu):
+    for strategy in (one_gpu, apart, split, spread, on_cpu):
         first = strategy(contexts[-1], gpus)
         if first is None:
             continue
@@ -192,15 +224,71 @@ def is_automatic(settings: Settings) -> bool:
 def apply(settings: Settings, placed: Placement) -> Settings:
     """Settings with the placement's devices, split and context filled in (explicit values were kept
     by `place` itself, so this only fills what was automatic)."""
-    engine = settings.engine.model_copy(
-        update={
-            "device": placed.device,
-            "draft_device": placed.draft_device,
-            "tensor_split": placed.tensor_split,
-            "n_ctx": placed.n_ctx,
-        }
-    )
+    update: dict[str, Any] = {
+        "device": placed.device,
+        "draft_device": placed.draft_device,
+        "tensor_split": placed.tensor_split,
+        "n_ctx": placed.n_ctx,
+    }
+    if placed.gpu_layers != -1 and settings.engine.gpu_layers == -1:
+        update["gpu_layers"] = placed.gpu_layers
+    engine = settings.engine.model_copy(update=update)
     return settings.model_copy(update={"engine": engine})
+
+
+@dataclass
+class RemoteUse:
+    """This process's RPC workers: joined (their devices in llama.cpp's registry, for good), or left out."""
+
+    servers: str  # as configured, host:port,...
+    devices: list[Device] = field(default_factory=list)
+    off: str = ""  # why they were left out; "" when they joined
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "servers": self.servers.split(","),
+            "state": "off" if self.off else "joined",
+            "reason": self.off,
+            "devices": [
+                {"name": d.name, "endpoint": d.endpoint, "free_bytes": d.free_bytes,
+                 "total_bytes": d.total_bytes, "latency_ms": d.latency_ms}
+                for d in self.devices
+            ],
+        }  # fmt: skip
+
+
+_remote: RemoteUse | None = None  # joined devices stay registered for the life of the process
+_remote_off = ""
+
+
+def leave_out_remote(reason: str) -> None:
+    """Keep the RPC workers out of this process whatever the settings say (an engine started again on
+    this machine's devices after a worker was lost); /props gives the reason."""
+    global _remote_off
+    _remote_off = reason
+
+
+def join_remote(settings: Settings) -> tuple[Settings, list[Device]]:
+    """The workers of `[engine] rpc` joined to this process, and the settings to place with: left out (see
+    leave_out_remote), a split or layer count meant for them is dropped and placement decides again."""
+    global _remote
+    servers = settings.engine.rpc
+    if not servers:
+        return settings, []
+    if _remote_off:
+        _remote = RemoteUse(servers, off=_remote_off)
+        es = settings.engine
+        local: dict[str, Any] = {"tensor_split": None, "gpu_layers": -1}
+        if es.device == "gpu":  # a split that reached the workers: this machine's devices are placed anew
+            local["device"] = "auto"
+        settings = settings.model_copy(update={"engine": es.model_copy(update=local)})
+        return settings, []
+    try:
+        joined = remote.attach(rpc.parse_endpoints(servers))
+    except rpc.RemoteError as exc:  # named before llama.cpp would abort the process on it
+        raise ConfigError(f"rpc: {exc}") from exc
+    _remote = RemoteUse(servers, joined)
+    return settings, joined
 
 
 def settle(
@@ -209,12 +297,15 @@ def settle(
     draft: str | Path | None = None,
     devices: list[Device] | None = None,
 ) -> tuple[Settings, Placement | None]:
-    """What the engine process runs with: the placement applied where a device or the context is left
-    automatic (devices discovered in child processes unless given), the settings unchanged otherwise."""
+    """What the engine process runs with: the RPC workers joined first (rpc.RemoteError names one that cannot
+    serve), then the placement applied where a device or the context is left automatic (devices
+    discovered in child processes unless given), the settings unchanged otherwise."""
+    settings, workers = join_remote(settings)
     if not is_automatic(settings):
         return settings, None
     if devices is None:
         devices = probe.discover(paths=probe.PLACEMENT_PROBES).devices()
+        devices = [d for d in devices if not d.is_remote] + workers
     drafter = draft if settings.draft.mode in ("auto", "model") else None
     try:
         need = need_of(target, drafter, settings.engine.mmproj)
@@ -225,5 +316,8 @@ def settle(
 
 
 def describe(placed: Placement | None) -> dict[str, Any]:
-    """The placement as /props reports it."""
-    return placed.as_dict() if placed is not None else {"reason": "devices and context set explicitly"}
+    """The placement as /props reports it, with the RPC workers where any were configured."""
+    out = placed.as_dict() if placed is not None else {"reason": "devices and context set explicitly"}
+    if _remote is not None:
+        out["rpc"] = _remote.as_dict()
+    return out

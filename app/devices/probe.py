@@ -1,4 +1,5 @@
-"""Device discovery: each path (NVML, sysfs, CuPy, llama.cpp, Metal, CPU) in a child with a timeout."""
+"""Device discovery: each path (NVML, sysfs, CuPy, llama.cpp, Metal, CPU, RPC workers) in a child with a
+timeout. Over 500 lines: every probe the frozen build dispatches by name lives here, each a child's job."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ SOFTWARE_GPUS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")  # Vulkan/GL
 BUILD_RECORD = "foresight-llama-build.json"  # written by scripts/llama_build.py into the environment
 NOT_IN_BUILD = "not usable by this llama.cpp build"
 PROBE_FLAG = "--device-probe"  # how a frozen build runs one probe in a child: Foresight --device-probe nvml
+REMOTE = "remote"  # the RPC workers' probe: run as "remote=host:port,host:port"
 
 
 @dataclass
@@ -38,6 +40,12 @@ class Device:
     index: int = 0  # index among the GPUs llama.cpp sees; unused for the CPU
     cores: int = 0
     flags: list[str] = field(default_factory=list)
+    endpoint: str = ""  # a remote device's worker, host:port
+    latency_ms: float | None = None  # a remote device's round trip, measured
+
+    @property
+    def is_remote(self) -> bool:
+        return self.kind == REMOTE
 
     @property
     def is_gpu(self) -> bool:
@@ -60,18 +68,21 @@ class Discovery:
     probes: list[ProbeResult]
 
     def devices(self) -> list[Device]:
-        """One entry per physical device, NVML and sysfs first, the CPU last, numbered as llama.cpp does.
+        """One entry per physical device, NVML and sysfs first, then the RPC workers', the CPU last,
+        numbered as llama.cpp does.
 
         Where llama.cpp's own device list was read, each GPU takes llama.cpp's index (its CUDA order is
         fastest-first, Vulkan's is the driver's, and NVIDIA and AMD probes both count from 0), and a GPU
-        that this llama.cpp build cannot run says so in its flags.
+        that this llama.cpp build cannot run says so in its flags. Remote devices are RPC0, RPC1, ... in
+        the order of the workers, as llama.cpp names them when they join.
         """
         gpus = [d for p in self.probes if p.path in ("nvml", "amd-sysfs", "metal") for d in p.devices]
+        remote = [d for p in self.probes if p.path == REMOTE for d in p.devices]
         cpus = [d for p in self.probes if p.path == "cpu" for d in p.devices]
         llama = next((p for p in self.probes if p.path == "llama.cpp"), None)
         if llama is not None and not llama.error.startswith(("library missing", "timed out", "probe")):
             gpus = _llama_numbering(gpus, [d for d in llama.devices if d.is_gpu])
-        return gpus + cpus
+        return gpus + remote + cpus
 
     def llama_build(self) -> str:
         """The installed llama.cpp build in words: CPU, CUDA sm_90, Vulkan, HIP gfx1100 (+ RPC)."""
@@ -434,6 +445,14 @@ def probe_cpu() -> ProbeResult:
     return ProbeResult("cpu", [cpu])
 
 
+def join_llama_registry(endpoints: list[str]) -> dict[str, list[str]]:
+    """RPC workers into llama.cpp's own device list, in the engine process; each one's device names.
+    app.devices.remote checks every worker first: llama.cpp aborts the process on one that cannot serve."""
+    from app.engine.backends.llama import add_rpc_servers
+
+    return add_rpc_servers(endpoints)
+
+
 PROBES = {
     "nvml": probe_nvml,
     "amd-sysfs": probe_amd_sysfs,
@@ -466,9 +485,13 @@ def run_probe_in_child(path: str, timeout: float = PROBE_TIMEOUT_S, target: str 
     return Discovery.from_json({"probes": [data]}).probes[0]
 
 
-def discover(timeout: float = PROBE_TIMEOUT_S, paths: tuple[str, ...] = tuple(PROBES)) -> Discovery:
+def discover(
+    timeout: float = PROBE_TIMEOUT_S, paths: tuple[str, ...] = tuple(PROBES), rpc_servers: str = ""
+) -> Discovery:
     """Discovery paths, each in its own child process so that one broken driver costs only itself; the
-    children run side by side, so the whole takes as long as the slowest."""
+    children run side by side, so the whole takes as long as the slowest. `rpc_servers` (host:port,...)
+    adds the RPC workers' probe."""
+    paths = (*paths, f"{REMOTE}={rpc_servers}") if rpc_servers else paths
     with ThreadPoolExecutor(max_workers=len(paths)) as pool:
         return Discovery(list(pool.map(lambda path: run_probe_in_child(path, timeout), paths)))
 
@@ -481,6 +504,11 @@ PLACEMENT_PROBES = ("nvml", "amd-sysfs", "llama.cpp", "metal", "cpu")  # what pl
 
 def probe_main(path: str) -> int:
     """Run one discovery path and print its result as one JSON line (the child's half of a probe)."""
+    if path.startswith(f"{REMOTE}="):
+        from app.devices.remote import probe_remote
+
+        print(json.dumps(asdict(probe_remote(path.partition("=")[2]))))
+        return 0
     if path not in PROBES:
         print(f"unknown probe {path!r}: one of {', '.join(PROBES)}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from app.catalog.fit import GIB
-from app.devices.probe import NOT_IN_BUILD, Discovery
+from app.devices.probe import NOT_IN_BUILD, REMOTE, Discovery
 
 
 def report(discovery: Discovery) -> str:
@@ -17,10 +17,13 @@ def report(discovery: Discovery) -> str:
                 mem = f"{d.free_bytes / GIB:.1f}/{d.total_bytes / GIB:.1f} GiB free"
                 extra = f", {d.cores} cores, {' '.join(d.flags)}" if d.cores else ""
                 busy = f", {d.busy_percent:.0f}% busy" if d.busy_percent is not None else ""
+                if d.latency_ms is not None:
+                    extra += f", {d.latency_ms:.2f} ms round trip, {d.driver}"
                 lines.append(f"{p.path:<10} {d.name} [{d.kind}] {mem}{busy}{extra}")
         if p.error:
-            lines.append(f"{p.path:<10} {'no GPU' if p.devices else 'nothing found'}: {p.error}")
-        if p.info:
+            said = "not serving" if p.path == REMOTE else "no GPU" if p.devices else "nothing found"
+            lines.append(f"{p.path:<10} {said}: {p.error}")
+        if p.info and p.path != REMOTE:  # the workers' answers are the lines above
             lines.append(f"{'':<10} {json.dumps(p.info)}")
     lines.append(f"{'build':<10} llama.cpp {discovery.llama_build()}")
     cupy = next((p for p in discovery.probes if p.path == "cupy"), None)

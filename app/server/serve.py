@@ -70,6 +70,10 @@ async def _run(private: Listener, admin: Admin, worker: Worker) -> bool:
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
+    if getattr(args, "engine_child", False):  # the model's own process, under a server using RPC workers
+        from app.server.engine_child import child_main
+
+        return child_main()
     parent_pid = getattr(args, "parent_pid", None)
     if parent_pid:  # started by a window: end with it
         parent.watch(parent_pid)
@@ -89,7 +93,14 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     lock = lockfile.write(lockfile.EngineRecord.for_this_process(port, token, parent_pid)) if token else None
     draft = getattr(args, "draft", None)
     loader = assembly.reporting(engine_loader(settings, args.target, draft), args.target, draft)
-    worker = Worker(loader, settings.server.queue_size)
+    if settings.engine.rpc:  # a lost RPC worker aborts the process that holds the model: that is a child
+        from app.server.engine_child import ChildWorker
+
+        level = getattr(args, "log_level", "INFO")
+        child = ChildWorker(loader, settings.server.queue_size, settings.engine.rpc, level)
+        worker: Worker = child  # type: ignore[assignment]  # the same face for the routes
+    else:
+        worker = Worker(loader, settings.server.queue_size)
     app = create_app(worker, settings, api_key, sock.getsockname()[1], admin_token=token)
     admin = Admin(worker, settings)
     mount(app, admin)

@@ -168,3 +168,59 @@ def test_the_installed_build_is_the_one_recorded() -> None:
         pytest.skip("this environment's llama-cpp-python was not installed by scripts/llama_build.py")
     assert record["key"].startswith(record["backend"] + "-")
     assert record["wheel"].startswith(f"llama_cpp_python-{lb.LLAMA_VERSION}-")
+
+
+def test_the_rpc_server_is_cached_by_the_flags_and_trusted_only_with_its_record(tmp_path: Path) -> None:
+    cpu, cuda = lb.decide(lb.Machine()), lb.decide(H200)
+    folder = tmp_path / lb.LLAMA_VERSION / cpu.key / "bin"
+    folder.mkdir(parents=True)
+    (folder / lb.rpc_server_name()).write_bytes(b"\x7fELF")
+    assert lb.cached_rpc_server(cpu, tmp_path) is None  # no record: an interrupted build
+    (folder / lb.RPC_RECORD).write_text(json.dumps({"key": cpu.key}))
+    assert lb.cached_rpc_server(cpu, tmp_path) == folder / lb.rpc_server_name()
+    assert lb.cached_rpc_server(cuda, tmp_path) is None
+    assert lb.rpc_server_name("Windows") == "rpc-server.exe"
+
+
+def _cached_wheel_of_this_venv() -> tuple[object, Path] | None:
+    record = lb.installed_record(sys.executable)
+    if record is None:
+        return None
+    choice = lb.Choice(
+        record["backend"], record["cmake_args"], record["reason"], [], record.get("patches", [])
+    )
+    wheel = lb.cache_root() / lb.LLAMA_VERSION / record["key"] / record["wheel"]
+    return (choice, wheel) if wheel.is_file() else None
+
+
+@pytest.mark.skipif(_sdist() is None or _cached_wheel_of_this_venv() is None,
+                    reason="needs the sdist and this environment's cached wheel")  # fmt: skip
+def test_rpc_server_builds_from_the_sdist_against_the_wheels_libggml(tmp_path: Path) -> None:
+    choice, wheel = _cached_wheel_of_this_venv()  # type: ignore[misc]
+    binary = lb.build_rpc_server(choice, wheel, str(_sdist()), root=tmp_path)  # type: ignore[arg-type]
+    assert binary == tmp_path / lb.LLAMA_VERSION / choice.key / "bin" / lb.rpc_server_name()  # type: ignore[attr-defined]
+    record = json.loads((binary.parent / lb.RPC_RECORD).read_text())
+    assert record["wheel"] == wheel.name
+    assert record["minutes"] >= 0
+    assert lb.cached_rpc_server(choice, tmp_path) == binary  # type: ignore[arg-type]
+    if sys.platform.startswith("linux"):
+        dynamic = subprocess.run(
+            ["readelf", "-d", str(binary)], capture_output=True, text=True, check=True
+        ).stdout
+        assert "libggml.so.0" in dynamic
+        assert "libggml-base.so.0" in dynamic
+        assert "$ORIGIN/../lib" in dynamic  # the wheel's libggml from <site-packages>/bin
+
+
+def test_this_environment_has_its_rpc_server_beside_the_backends() -> None:
+    record = lb.installed_record(sys.executable)
+    if record is None or "rpc_server" not in record:
+        pytest.skip(
+            "this environment's llama.cpp was not installed with an rpc-server by scripts/llama_build.py"
+        )
+    installed = lb.installed_rpc_server(sys.executable)
+    assert installed.is_file()
+    assert any(installed.parent.glob("*ggml-cpu*")), "rpc-server must sit where ggml loads its backends from"
+    done = subprocess.run([str(installed), "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0
+    assert "--host HOST" in done.stderr

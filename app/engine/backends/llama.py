@@ -16,7 +16,8 @@ import numpy as np
 
 from app.catalog import gguf
 from app.engine.backends.base import ModelFacts, plan_decode, read_model_header
-from app.engine.backends.llama_library import ensure_backend
+from app.engine.backends.llama_library import add_rpc_servers as add_rpc_servers  # app.devices adds them
+from app.engine.backends.llama_library import ensure_backend, model_devices
 from app.engine.backends.llama_library import ggml_library as ggml_library  # app.devices reads it here
 from app.engine.backends.llama_library import native_errors as _native_errors
 from app.engine.backends.tokenizer import Vocabulary as _Vocabulary
@@ -110,6 +111,15 @@ class LlamaBackend(_Vocabulary):
             self.device_reason += f"; pinned to GPU {main_gpu}"
         if used == "gpu" and n_gpu_layers >= 0:
             self.device_reason += f"; {n_gpu_layers} layers offloaded, the rest on the CPU"
+        self._devices = None
+        chosen = model_devices(used, pinned=":" in device and not tensor_split)
+        if chosen is not None:  # RPC workers joined: name the devices (the drafter keeps to this machine)
+            pointers, names = chosen
+            self._devices = (ctypes.c_void_p * (len(pointers) + 1))(*pointers, None)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            remote = any(n.startswith("RPC") for n in names)
+            where = f"layers over {', '.join(names)} (workers first)" if remote else "this machine only"
+            self.device_reason += f"; {where}"
         self._split = None
         if tensor_split:
             n_dev = llama_cpp.llama_max_devices()

@@ -76,6 +76,96 @@ def _load_dynamic_backends() -> None:
     log.warning("this llama.cpp build loads its backends dynamically, and none was found")
 
 
+_rpc_servers: dict[str, list[str]] = {}  # endpoint -> its devices' names in llama.cpp's registry (RPC0, ...)
+
+
+_VOID, _NAME, _SIZE = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+_SIGNATURES = {  # (restype, argtypes) of the registry functions read here
+    "ggml_backend_reg_by_name": (_VOID, [_NAME]),
+    "ggml_backend_reg_get_proc_address": (_VOID, [_VOID, _NAME]),
+    "ggml_backend_register": (None, [_VOID]),
+    "ggml_backend_reg_dev_count": (_SIZE, [_VOID]),
+    "ggml_backend_reg_dev_get": (_VOID, [_VOID, _SIZE]),
+    "ggml_backend_reg_name": (_NAME, [_VOID]),
+    "ggml_backend_dev_count": (_SIZE, []),
+    "ggml_backend_dev_get": (_VOID, [_SIZE]),
+    "ggml_backend_dev_name": (_NAME, [_VOID]),
+    "ggml_backend_dev_type": (ctypes.c_int, [_VOID]),
+    "ggml_backend_dev_backend_reg": (_VOID, [_VOID]),
+}
+
+
+def _typed(ggml: ctypes.CDLL) -> ctypes.CDLL:
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        function = getattr(ggml, name)
+        function.restype, function.argtypes = restype, argtypes
+    return ggml
+
+
+def add_rpc_servers(endpoints: list[str]) -> dict[str, list[str]]:
+    """Register ggml-rpc workers in llama.cpp's device registry, each once per process; their devices' names.
+
+    Each worker must have answered the handshake (app.devices.rpc) just before: llama.cpp's RPC client
+    aborts the whole process on a worker that is down or speaks another protocol version. A GGML_BACKEND_DL
+    build has no ggml_backend_rpc_add_server symbol to link: it comes from the RPC registry.
+    """
+    ensure_backend()
+    ggml = ggml_library()
+    if ggml is None:
+        raise OSError("libggml not found next to llama.cpp")
+    ggml = _typed(ggml)
+    rpc = ggml.ggml_backend_reg_by_name(b"RPC")
+    address = ggml.ggml_backend_reg_get_proc_address(rpc, b"ggml_backend_rpc_add_server") if rpc else None
+    if not address:
+        raise OSError("this llama.cpp build has no RPC backend (build it with -DGGML_RPC=ON: make llama)")
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+    for endpoint in endpoints:
+        if endpoint in _rpc_servers:
+            continue
+        reg = add_server(endpoint.encode())
+        if not reg:
+            raise OSError(f"the RPC worker {endpoint} has no device")
+        ggml.ggml_backend_register(reg)
+        names = [
+            ggml.ggml_backend_dev_name(ggml.ggml_backend_reg_dev_get(reg, i)).decode()
+            for i in range(ggml.ggml_backend_reg_dev_count(reg))
+        ]
+        _rpc_servers[endpoint] = names
+        log.info("RPC worker %s: devices %s", endpoint, ", ".join(names))
+    return {e: _rpc_servers[e] for e in endpoints}
+
+
+_DEV_GPU, _DEV_IGPU = 1, 2  # enum ggml_backend_dev_type
+
+
+def model_devices(placed: str, pinned: bool) -> tuple[list[int], list[str]] | None:
+    """The devices a model loads on once RPC workers joined this process (None while none did: llama.cpp's
+    own choice stands), as pointers and names.
+
+    llama.cpp's own choice would then put every worker's devices first in every model: a CPU or pinned
+    model (the drafter) keeps to this machine's GPUs, and a split ("gpu") takes the workers' devices
+    first and this machine's GPUs after them, in llama.cpp's order, which --tensor-split follows.
+    """
+    if not _rpc_servers:
+        return None
+    ggml = _typed(ggml_library())  # type: ignore[arg-type]  # set: a worker was added through it
+    remote: list[int] = []
+    gpus: list[int] = []
+    igpus: list[int] = []
+    for i in range(ggml.ggml_backend_dev_count()):
+        dev = ggml.ggml_backend_dev_get(i)
+        kind = ggml.ggml_backend_dev_type(dev)
+        if ggml.ggml_backend_reg_name(ggml.ggml_backend_dev_backend_reg(dev)) == b"RPC":
+            remote.append(dev)
+        elif kind == _DEV_GPU:
+            gpus.append(dev)
+        elif kind == _DEV_IGPU:
+            igpus.append(dev)
+    local = gpus or igpus  # integrated GPUs only where no discrete one is (as llama.cpp chooses)
+    chosen = [*remote, *local] if placed == "gpu" and not pinned else local
+    return chosen, [ggml.ggml_backend_dev_name(d).decode() for d in chosen]
+
+
 def ensure_backend() -> None:
     global _initialised
     with _init_lock:

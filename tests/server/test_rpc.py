@@ -1,0 +1,157 @@
+"""Remote devices end to end, on loopback: two real rpc-worker processes (CPU, one thread each) and an engine
+that places gemma-3-270m's layers on this CPU and both workers. Its greedy answer is the all-local one
+up to a near-tie; a worker killed mid-stream ends the stream with an error event, and the next request is
+served on this machine alone with the reason in /props; `bench --no-draft` puts both side by side."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.cli.bench import NEAR_TIE
+from tests.support.rpc_workers import rpc_workers
+from tests.support.server_helpers import EngineServer, engine_server
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = ["--no-draft", "--n-ctx", "1024", "--n-threads", "1"]
+# gemma-3-270m has 18 layers: 12 off the CPU (the output layer and 11 blocks) split over the two workers
+SPLIT = ["--device", "gpu", "--gpu-layers", "12", "--tensor-split", "1,1"]
+QUESTION = [{"role": "user", "content": "Name three rivers of Europe and say one thing about each."}]
+RECOVERY_TIMEOUT_S = 180.0
+
+
+def _greedy(server: EngineServer, max_tokens: int = 24) -> list[dict[str, Any]]:
+    body = {
+        "messages": QUESTION,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=300)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["choices"][0]["logprobs"]["content"]
+
+
+def _props(server: EngineServer) -> dict[str, Any]:
+    return httpx.get(f"{server.url}/props", timeout=30).json()
+
+
+def test_layers_over_this_cpu_and_two_workers_answer_as_this_machine_alone(gemma_path: Path) -> None:
+    with engine_server(["--target", str(gemma_path), *ENGINE]) as local:
+        here = _greedy(local)
+    with (
+        rpc_workers(2) as workers,
+        engine_server(
+            ["--target", str(gemma_path), *ENGINE, *SPLIT, "--rpc", ",".join(w.address for w in workers)]
+        ) as split,
+    ):
+        there = _greedy(split)
+        props = _props(split)
+    assert props["rpc"]["state"] == "joined"
+    assert props["rpc"]["servers"] == [w.address for w in workers]
+    assert "layers over RPC0, RPC1" in props["target"]["device_reason"]
+    assert props["target"]["gpu_layers"] == 12
+    joined = props["placement"]["rpc"]["devices"]
+    assert [d["endpoint"] for d in joined] == [w.address for w in workers]
+    assert all(d["latency_ms"] > 0 for d in joined)
+    tokens_here, tokens_there = [t["token"] for t in here], [t["token"] for t in there]
+    diff = next((i for i, (a, b) in enumerate(zip(tokens_here, tokens_there, strict=True)) if a != b), None)
+    if diff is not None:  # batched and split kernels round differently: a parting only at a near-tie
+        top = here[diff]["top_logprobs"]
+        margin = top[0]["logprob"] - top[1]["logprob"]
+        assert margin < NEAR_TIE, f"split parts from local at token {diff} with a margin of {margin:.3f}"
+
+
+def _stream_until_killed(server: EngineServer, kill: Any) -> list[Any]:
+    """A long greedy stream; `kill` runs once three pieces came; every event after it, read to the end."""
+    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 2000, "temperature": 0, "stream": True}
+    events: list[Any] = []
+    pieces = 0
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=120) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: ") :]
+            events.append(data if data == "[DONE]" else json.loads(data))
+            pieces += "choices" in events[-1] if isinstance(events[-1], dict) else 0
+            if pieces == 3:
+                kill()
+    return events
+
+
+def test_a_worker_killed_mid_stream_ends_it_with_an_error_and_this_machine_serves_next(
+    gemma_path: Path,
+) -> None:
+    with (
+        rpc_workers(2) as workers,
+        engine_server(
+            ["--target", str(gemma_path), *ENGINE, *SPLIT, "--rpc", ",".join(w.address for w in workers)]
+        ) as server,
+    ):
+        events = _stream_until_killed(server, workers[1].kill)
+        assert events[-1] == "[DONE]"
+        errors = [e for e in events if isinstance(e, dict) and "error" in e]
+        assert len(errors) == 1, events[-5:]
+        assert errors[0]["error"]["code"] == "remote_device_lost"
+        assert workers[1].address in errors[0]["error"]["message"]
+        assert "this machine's devices" in errors[0]["error"]["message"]
+
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        while httpx.get(f"{server.url}/health", timeout=10).status_code != 200:
+            assert time.monotonic() < deadline, (
+                f"no recovery in {RECOVERY_TIMEOUT_S:.0f} s:\n{server.log_tail()}"
+            )
+            time.sleep(0.5)
+        props = _props(server)
+        assert props["rpc"]["state"] == "lost"
+        assert workers[1].address in props["rpc"]["reason"]
+        assert "SIGABRT" in props["rpc"]["reason"]
+        assert props["rpc"]["engine_restarts"] == 1
+        assert props["placement"]["rpc"]["state"] == "off"
+        assert "RPC" not in props["target"]["device_reason"]
+
+        body = {"prompt": "1, 2, 3,", "max_tokens": 8, "temperature": 0}
+        reply = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["text"].strip()
+
+
+def test_a_worker_down_at_start_is_named_and_nothing_aborts(gemma_path: Path) -> None:
+    with rpc_workers(1) as (worker,):
+        address = worker.address
+    server = EngineServer(["--target", str(gemma_path), *ENGINE, "--rpc", address, "--port", "0"])
+    try:
+        code = server.wait_exit(120)
+    finally:
+        server.stop()
+    assert code == 2
+    assert f"cannot connect to {address}" in server.log_tail()
+
+
+def test_bench_no_draft_puts_local_and_split_tok_s_side_by_side(gemma_path: Path) -> None:
+    with rpc_workers(2) as workers:
+        servers = ",".join(w.address for w in workers)
+        command = [sys.executable, "-m", "app", "bench", "--target", str(gemma_path), *ENGINE, *SPLIT,
+                   "--rpc", servers, "--only", "chat-hashmap", "--tokens", "16", "--repeat", "1",
+                   "--json"]  # fmt: skip
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    row, summary = lines[0], lines[-1]
+    assert row["name"] == "chat-hashmap"
+    assert row["local_tok_s"] > 0
+    assert row["split_tok_s"] > 0
+    assert row["ratio"] == pytest.approx(row["split_tok_s"] / row["local_tok_s"], rel=0.01)
+    assert row["match"] or row["near_tie"]
+    assert "RPC0, RPC1" in summary["split"]
+    assert "RPC" not in summary["local"]
+    assert [d["endpoint"] for d in summary["rpc"]["devices"]] == [w.address for w in workers]
