@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from app.services.client import EngineClient
 from app.services.devices import DeviceScan
 from app.ui.panel import scrolled
+from app.ui.remote_devices import RemoteDevices
 
 COLUMNS = ("Device", "Kind", "Memory", "Free", "Runs with", "Seen by")
 COLUMN_WIDTH = 160
@@ -63,6 +64,8 @@ class DevicesPanel(QDockWidget):
         self.apply.clicked.connect(lambda: self.deviceChosen.emit(str(self.choice.currentData())))
         self.rescan = QPushButton("Look again")
         self.rescan.clicked.connect(lambda: self.start_scan())
+        self.remote = RemoteDevices()  # a saved list of workers restarts the engine on the same device
+        self.remote.applied.connect(lambda: self.deviceChosen.emit(self._current))
         self._current = device
 
         row = QHBoxLayout()
@@ -77,11 +80,13 @@ class DevicesPanel(QDockWidget):
         v.addWidget(self.drafter)
         v.addLayout(row)
         v.addWidget(self.rescan)
+        v.addWidget(self.remote)
         self.setWidget(scrolled(body))
 
     def start_scan(self, target: str | None = None) -> None:
         self.found.setText("Looking for devices…")
         self.scan.start(target)
+        self.remote.start_check()
 
     def engine_ready(self) -> None:
         reply = self.client.get_json("/props")
@@ -89,6 +94,7 @@ class DevicesPanel(QDockWidget):
 
     def engine_stopped(self) -> None:
         self.props = {}
+        self.remote.engine_props({})
         self.target.setText("Target: the engine is not running.")
         self.drafter.setText("")
 
@@ -131,6 +137,7 @@ class DevicesPanel(QDockWidget):
 
     def _props(self, props: dict) -> None:
         self.props = props
+        self.remote.engine_props(props)
         t = props.get("target", {})
         layers = (
             f", {t['gpu_layers']} of {t['n_layer']} layers on the GPU" if t.get("device") == "gpu" else ""

@@ -155,3 +155,27 @@ def test_bench_no_draft_puts_local_and_split_tok_s_side_by_side(gemma_path: Path
     assert "RPC0, RPC1" in summary["split"]
     assert "RPC" not in summary["local"]
     assert [d["endpoint"] for d in summary["rpc"]["devices"]] == [w.address for w in workers]
+
+
+def test_ngram_speculation_over_the_workers_measures_its_costs_with_the_network_in_them(
+    gemma_path: Path,
+) -> None:
+    from app import paths
+
+    with rpc_workers(2) as workers:
+        servers = ",".join(w.address for w in workers)
+        args = ["--target", str(gemma_path), "--ngram", *ENGINE[1:], *SPLIT, "--rpc", servers]
+        with engine_server(args) as server:
+            props = _props(server)
+            body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,",
+                    "max_tokens": 24, "temperature": 0}  # fmt: skip
+            reply = httpx.post(f"{server.url}/v1/completions", json=body, timeout=300)
+    assert reply.status_code == 200, reply.text
+    spec = reply.json()["usage"]["speculative"]
+    # the policy decides from the costs measured over the workers: drafts, or says why not
+    assert spec["drafted"] > 0 or "would not pay" in spec["fallback_reason"]
+    assert spec["emitted"] == 24
+    assert props["draft"]["source"] == "ngram"
+    assert len(props["draft"]["policy"]["verify_cost_ms"]) > 1
+    keys = json.loads((paths.cache_dir() / "verify-costs.json").read_text())
+    assert any(f"RPC0@{workers[0].address},RPC1@{workers[1].address}" in key for key in keys)

@@ -17,7 +17,7 @@ import numpy as np
 from app.catalog import gguf
 from app.engine.backends.base import ModelFacts, plan_decode, read_model_header
 from app.engine.backends.llama_library import add_rpc_servers as add_rpc_servers  # app.devices adds them
-from app.engine.backends.llama_library import ensure_backend, model_devices
+from app.engine.backends.llama_library import devices_key, ensure_backend, model_devices
 from app.engine.backends.llama_library import ggml_library as ggml_library  # app.devices reads it here
 from app.engine.backends.llama_library import native_errors as _native_errors
 from app.engine.backends.tokenizer import Vocabulary as _Vocabulary
@@ -112,9 +112,11 @@ class LlamaBackend(_Vocabulary):
         if used == "gpu" and n_gpu_layers >= 0:
             self.device_reason += f"; {n_gpu_layers} layers offloaded, the rest on the CPU"
         self._devices = None
+        self.devices_key = ""  # the devices named, where RPC workers joined (their verify costs differ)
         chosen = model_devices(used, pinned=":" in device and not tensor_split)
         if chosen is not None:  # RPC workers joined: name the devices (the drafter keeps to this machine)
             pointers, names = chosen
+            self.devices_key = devices_key(names)
             self._devices = (ctypes.c_void_p * (len(pointers) + 1))(*pointers, None)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
             remote = any(n.startswith("RPC") for n in names)

@@ -166,6 +166,12 @@ def model_devices(placed: str, pinned: bool) -> tuple[list[int], list[str]] | No
     return chosen, [ggml.ggml_backend_dev_name(d).decode() for d in chosen]
 
 
+def devices_key(names: list[str]) -> str:
+    """Devices named as their costs differ: a worker's device with its address (RPC0 is who joined first)."""
+    where = {name: endpoint for endpoint, joined in _rpc_servers.items() for name in joined}
+    return ",".join(f"{name}@{where[name]}" if name in where else name for name in names)
+
+
 def ensure_backend() -> None:
     global _initialised
     with _init_lock:
