@@ -56,22 +56,36 @@ def greedy_answer(engine: Engine, tokens: list[int], n_tokens: int) -> list[int]
 
 def agreement(engine: Engine, tokens: list[int], answer: list[int]) -> list[int]:
     """Per answer position g: how many tokens the drafter's greedy continuation of prompt + answer[:g]
-    shares with answer[g:] (at most MAX_AGREEMENT; its decodes stop at the first difference)."""
+    shares with answer[g:] (at most MAX_AGREEMENT).
+
+    Where the drafter's first token at g is answer[g], its continuation from g + 1 is the rest of the one
+    from g (the same decodes in the same cache), so it is carried over and only extended: a copied
+    answer costs about one drafter decode a position, not sixteen.
+    """
     model = engine.draft_model
     assert model is not None
-    out = []
     model.rollback(0)
+    out: list[int] = []
+    # the drafter's greedy tokens after prompt + answer[:g]; its KV holds all but the last of them
+    ahead: list[int] = []
     for g in range(len(answer)):
+        if g > 0:
+            ahead = ahead[1:] if ahead and ahead[0] == answer[g - 1] else []
         context = tokens + answer[:g]
-        keep = min(common_prefix(model.kv_tokens, context), len(context) - 1)
-        model.rollback(keep)
-        nxt = model.decode_argmax(context[keep:], len(context) - keep - 1)[0]
         agreed = 0
-        while nxt == answer[g + agreed]:
+        while True:
+            if agreed == len(ahead):
+                if ahead:
+                    ahead += model.decode_argmax([ahead[-1]], 0)
+                else:
+                    keep = min(common_prefix(model.kv_tokens, context), len(context) - 1)
+                    model.rollback(keep)
+                    ahead = model.decode_argmax(context[keep:], len(context) - keep - 1)
+            if ahead[agreed] != answer[g + agreed]:
+                break
             agreed += 1
             if agreed == MAX_AGREEMENT or g + agreed == len(answer):
                 break
-            nxt = model.decode_argmax([nxt], 0)[0]
         out.append(agreed)
     model.rollback(0)
     return out
