@@ -492,14 +492,20 @@ def cached_rpc_server(choice: Choice, root: Path | None = None) -> Path | None:
     return binary if binary.is_file() and (folder / RPC_RECORD).is_file() else None
 
 
-def _cmake(work: Path) -> str:
-    """cmake from PATH, else the PyPI package that the wheel's own build uses, installed aside."""
+def _cmake(work: Path, find_links: list[str] = ()) -> str:
+    """cmake from PATH, or from an importable `cmake` package (the one the wheel's own build uses), else
+    that package installed aside (from --find-links too, for a machine without an index)."""
     found = shutil.which("cmake")
     if found:
         return found
+    code = "import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, 'cmake'))"
+    found = _run(sys.executable, "-c", code).strip()
+    if found and os.access(found, os.X_OK):
+        return found
     aside = work / "cmake-package"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    "--target", str(aside), "cmake"], check=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target"]
+    cmd += [str(aside), *(arg for d in find_links for arg in ("--find-links", d))]
+    subprocess.run([*cmd, "cmake"], check=True)
     return next(str(p) for p in aside.glob("cmake/data/bin/cmake*") if p.is_file())
 
 
@@ -520,7 +526,7 @@ def build_rpc_server(choice: Choice, wheel: Path, sdist: str | None = None, find
         with zipfile.ZipFile(wheel) as whl:  # the headers and libggml this worker links against
             whl.extractall(work / "wheel", [n for n in whl.namelist() if n.startswith(("include/", "lib/"))])
         (work / "src" / "CMakeLists.txt").write_text(RPC_CMAKE)
-        cmake = _cmake(work)
+        cmake = _cmake(work, list(find_links))
         rpath = RPATH.get(platform.system(), "")
         configure = [cmake, "-S", str(work / "src"), "-B", str(work / "build"),
                      f"-DRPC_SOURCE={work / 'src' / 'rpc-server.cpp'}", f"-DWHEEL_ROOT={work / 'wheel'}",
