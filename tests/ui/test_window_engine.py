@@ -17,8 +17,8 @@ from app.services.engine import READY, EngineLaunch
 from app.ui.main_window import MainWindow
 from app.ui.session import WindowSession
 
-START_MS = 120_000
-ANSWER_MS = 120_000
+START_MS = 300_000  # generous: a model loads, calibrates and answers slowly on a busy 2-core machine
+ANSWER_MS = 300_000  # generous: a model loads, calibrates and answers slowly on a busy 2-core machine
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from app.ui.main_window import MainWindow
 from app.ui.session import ApiSwitch, WindowSession
 from tests.support.server_helpers import ROOT, free_port
 
-START_MS = 120_000
+START_MS = 300_000  # generous: a model loads, calibrates and answers slowly on a busy 2-core machine
 GONE_S = 10.0  # a window's engine ends within this long of the window (polled)
 TOKEN = "leftover-token-0123456789"
 
