@@ -93,6 +93,8 @@ def place(devices: list[Device], need: PairNeed, user: UserChoice | None = None)
         if split and user.device == "auto" and (gpus or workers):
             device = "gpu"  # a split is over devices, the workers' included
         draft = user.draft_device if user.draft_device != "auto" else device
+        if workers and draft == "gpu":  # the drafter stays on this machine, next to the user
+            draft = _label(gpus[0]) if gpus else "cpu"
         if user.n_ctx:
             return Placement(device, draft, split, user.n_ctx, "explicit user choice" + suffix)
         # the context is still ours to size: the largest tier the chosen device holds
@@ -242,6 +244,7 @@ class RemoteUse:
 
     servers: str  # as configured, host:port,...
     devices: list[Device] = field(default_factory=list)
+    local_gpus: list[str] = field(default_factory=list)  # this machine's, in llama.cpp's registry
     off: str = ""  # why they were left out; "" when they joined
 
     def as_dict(self) -> dict[str, Any]:
@@ -284,11 +287,20 @@ def join_remote(settings: Settings) -> tuple[Settings, list[Device]]:
         settings = settings.model_copy(update={"engine": es.model_copy(update=local)})
         return settings, []
     try:
-        joined = remote.attach(rpc.parse_endpoints(servers))
+        joined, here = remote.attach(rpc.parse_endpoints(servers))
     except rpc.RemoteError as exc:  # named before llama.cpp would abort the process on it
         raise ConfigError(f"rpc: {exc}") from exc
-    _remote = RemoteUse(servers, joined)
+    _remote = RemoteUse(servers, joined, here)
     return settings, joined
+
+
+def _drafter_here(settings: Settings) -> Settings:
+    """A drafter left to spread (auto, gpu) would cross the network with the target: it stays here."""
+    es = settings.engine
+    if _remote is None or _remote.off or not _remote.devices or es.draft_device not in ("auto", "gpu"):
+        return settings
+    here = "gpu:0" if _remote.local_gpus else "cpu"
+    return settings.model_copy(update={"engine": es.model_copy(update={"draft_device": here})})
 
 
 def settle(
@@ -302,7 +314,7 @@ def settle(
     discovered in child processes unless given), the settings unchanged otherwise."""
     settings, workers = join_remote(settings)
     if not is_automatic(settings):
-        return settings, None
+        return _drafter_here(settings), None
     if devices is None:
         devices = probe.discover(paths=probe.PLACEMENT_PROBES).devices()
         devices = [d for d in devices if not d.is_remote] + workers

@@ -445,12 +445,13 @@ def probe_cpu() -> ProbeResult:
     return ProbeResult("cpu", [cpu])
 
 
-def join_llama_registry(endpoints: list[str]) -> dict[str, list[str]]:
-    """RPC workers into llama.cpp's own device list, in the engine process; each one's device names.
-    app.devices.remote checks every worker first: llama.cpp aborts the process on one that cannot serve."""
-    from app.engine.backends.llama import add_rpc_servers
+def join_llama_registry(endpoints: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """RPC workers into llama.cpp's own device list, in the engine process: each one's device names, and
+    this machine's GPUs beside them. app.devices.remote checks every worker first: llama.cpp aborts the
+    process on one that cannot serve."""
+    from app.engine.backends.llama import add_rpc_servers, local_gpus
 
-    return add_rpc_servers(endpoints)
+    return add_rpc_servers(endpoints), local_gpus()
 
 
 PROBES = {

@@ -41,12 +41,13 @@ def probe_remote(servers: str) -> ProbeResult:
     return result
 
 
-def attach(endpoints: list[rpc.Endpoint]) -> list[Device]:
+def attach(endpoints: list[rpc.Endpoint]) -> tuple[list[Device], list[str]]:
     """In the engine process: each worker's handshake (RemoteError names one that cannot serve, before
-    llama.cpp would abort on it), then its devices join llama.cpp's registry; they are returned."""
+    llama.cpp would abort on it), then its devices join llama.cpp's registry; they are returned, with the
+    names of this machine's GPUs."""
     answers = rpc.require_ready(endpoints)
     try:
-        joined = join_llama_registry([str(e) for e in endpoints])
+        joined, here = join_llama_registry([str(e) for e in endpoints])
     except OSError as exc:
         raise rpc.RemoteError(str(exc)) from exc
-    return remote_devices(answers, [name for e in endpoints for name in joined[str(e)]])
+    return remote_devices(answers, [name for e in endpoints for name in joined[str(e)]]), here

@@ -116,6 +116,31 @@ def test_down_and_foreign_servers_are_named_before_llama_cpp_meets_them() -> Non
         rpc.require_ready([rpc.parse_endpoint(down)])
 
 
+def test_a_worker_of_another_protocol_version_is_named_with_both_versions() -> None:
+    # no rpc-server of another version is at hand: this one answers the handshake as a newer one would
+    newer = (rpc.RPC_PROTO[0] + 1, 0, 0)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+
+        def answer_as_newer() -> None:
+            conn, _ = other.accept()
+            with conn:
+                conn.recv(1 + 8 + 24)  # HELLO: command, size, connection capabilities
+                conn.sendall((28).to_bytes(8, "little") + bytes([*newer, 0]) + bytes(24))
+
+        thread = threading.Thread(target=answer_as_newer, daemon=True)
+        thread.start()
+        answer = rpc.hello(rpc.Endpoint("127.0.0.1", other.getsockname()[1]), timeout=10)
+        thread.join(10)
+    assert answer.state == "version mismatch"
+    assert answer.version == ".".join(map(str, newer))
+    assert (
+        f"speaks RPC protocol {answer.version}, this Foresight speaks {'.'.join(map(str, rpc.RPC_PROTO))}"
+        in (answer.error)
+    )
+
+
 def _worker_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "app", "rpc-worker", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
@@ -208,10 +233,13 @@ def test_what_the_workers_cannot_hold_stays_on_this_cpu() -> None:
     assert f"takes {placed.gpu_layers} of 41 layers" in placed.reason
 
 
-def test_an_explicit_split_goes_over_the_workers_without_a_local_gpu() -> None:
+def test_an_explicit_split_goes_over_the_workers_and_the_drafter_stays_here() -> None:
     choice = UserChoice(tensor_split=(1.0, 1.0))
-    placed = place([_remote(0, 10), _remote(1, 10), CPU_16], PairNeed(_shape(1)), choice)
-    assert (placed.device, placed.tensor_split) == ("gpu", [1.0, 1.0])
+    need = PairNeed(_shape(1), _shape(0.5, 24))
+    placed = place([_remote(0, 10), _remote(1, 10), CPU_16], need, choice)
+    assert (placed.device, placed.draft_device, placed.tensor_split) == ("gpu", "cpu", [1.0, 1.0])
+    with_gpu = place([GPU_8, _remote(0, 10), CPU_16], need, UserChoice(device="gpu"))
+    assert (with_gpu.device, with_gpu.draft_device) == ("gpu", "gpu:0")
 
 
 def test_workers_left_out_drop_the_split_meant_for_them_and_say_why(tmp_path: Path) -> None:

@@ -157,14 +157,23 @@ def test_bench_no_draft_puts_local_and_split_tok_s_side_by_side(gemma_path: Path
     assert [d["endpoint"] for d in summary["rpc"]["devices"]] == [w.address for w in workers]
 
 
-def test_ngram_speculation_over_the_workers_measures_its_costs_with_the_network_in_them(
+def test_speculation_over_the_workers_keeps_the_drafter_here_and_measures_costs_with_the_network(
     gemma_path: Path,
 ) -> None:
     from app import paths
 
     with rpc_workers(2) as workers:
         servers = ",".join(w.address for w in workers)
-        args = ["--target", str(gemma_path), "--ngram", *ENGINE[1:], *SPLIT, "--rpc", servers]
+        args = [
+            "--target",
+            str(gemma_path),
+            "--draft",
+            str(gemma_path),
+            *ENGINE[1:],
+            *SPLIT,
+            "--rpc",
+            servers,
+        ]
         with engine_server(args) as server:
             props = _props(server)
             body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,",
@@ -172,10 +181,40 @@ def test_ngram_speculation_over_the_workers_measures_its_costs_with_the_network_
             reply = httpx.post(f"{server.url}/v1/completions", json=body, timeout=300)
     assert reply.status_code == 200, reply.text
     spec = reply.json()["usage"]["speculative"]
-    # the policy decides from the costs measured over the workers: drafts, or says why not
-    assert spec["drafted"] > 0 or "would not pay" in spec["fallback_reason"]
     assert spec["emitted"] == 24
-    assert props["draft"]["source"] == "ngram"
+    # the policy decides from the costs measured over the workers: drafts, or says why not
+    assert spec["drafted"] > 0 or spec["fallback_reason"]
+    assert "layers over RPC0, RPC1" in props["target"]["device_reason"]
+    assert props["draft"]["device"] == "cpu"  # next to the user: only the target crosses the network
     assert len(props["draft"]["policy"]["verify_cost_ms"]) > 1
     keys = json.loads((paths.cache_dir() / "verify-costs.json").read_text())
     assert any(f"RPC0@{workers[0].address},RPC1@{workers[1].address}" in key for key in keys)
+
+
+def test_a_pair_loaded_through_the_admin_route_runs_in_the_child_over_the_workers(gemma_path: Path) -> None:
+    token = "admin-token-for-rpc-tests"
+    with rpc_workers(2) as workers:
+        servers = ",".join(w.address for w in workers)
+        args = ["--target", str(gemma_path), *ENGINE, *SPLIT, "--rpc", servers]
+        with engine_server(args, env={"FORESIGHT_ADMIN_TOKEN": token}) as server:
+            auth = {"Authorization": f"Bearer {token}"}
+            stages = []
+            body = {"target": str(gemma_path), "ngram": True}
+            with httpx.stream(
+                "POST", f"{server.url}/admin/load", json=body, headers=auth, timeout=300
+            ) as reply:
+                assert reply.status_code == 200
+                for line in reply.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        stages.append(json.loads(line[len("data: ") :]))
+            props = httpx.get(f"{server.url}/props", headers=auth, timeout=30).json()
+            done = httpx.post(f"{server.url}/v1/completions", headers=auth, timeout=120,
+                              json={"prompt": "1, 2, 3,", "max_tokens": 4, "temperature": 0})  # fmt: skip
+    names = [s.get("stage") for s in stages]
+    assert names[0] == "unloading"
+    assert names[-1] == "ready", stages
+    assert stages[-1]["draft"] == "ngram"
+    assert props["draft"]["source"] == "ngram"
+    assert props["rpc"]["state"] == "joined"
+    assert "layers over RPC0, RPC1" in props["target"]["device_reason"]
+    assert done.status_code == 200, done.text

@@ -19,6 +19,7 @@ from app.engine.backends.base import ModelFacts, plan_decode, read_model_header
 from app.engine.backends.llama_library import add_rpc_servers as add_rpc_servers  # app.devices adds them
 from app.engine.backends.llama_library import devices_key, ensure_backend, model_devices
 from app.engine.backends.llama_library import ggml_library as ggml_library  # app.devices reads it here
+from app.engine.backends.llama_library import local_gpus as local_gpus  # and reads what stays here
 from app.engine.backends.llama_library import native_errors as _native_errors
 from app.engine.backends.tokenizer import Vocabulary as _Vocabulary
 from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError

@@ -166,6 +166,12 @@ def model_devices(placed: str, pinned: bool) -> tuple[list[int], list[str]] | No
     return chosen, [ggml.ggml_backend_dev_name(d).decode() for d in chosen]
 
 
+def local_gpus() -> list[str]:
+    """This machine's GPUs in llama.cpp's registry once RPC workers joined (their names)."""
+    found = model_devices("cpu", pinned=True)
+    return found[1] if found is not None else []
+
+
 def devices_key(names: list[str]) -> str:
     """Devices named as their costs differ: a worker's device with its address (RPC0 is who joined first)."""
     where = {name: endpoint for endpoint, joined in _rpc_servers.items() for name in joined}
