@@ -218,3 +218,40 @@ def test_a_pair_loaded_through_the_admin_route_runs_in_the_child_over_the_worker
     assert props["rpc"]["state"] == "joined"
     assert "layers over RPC0, RPC1" in props["target"]["device_reason"]
     assert done.status_code == 200, done.text
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # the 4th field (after the name), the parent's pid
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_the_engine_child_and_the_rpc_server_end_with_their_parents_killed(gemma_path: Path) -> None:
+    from app.processes import alive
+
+    with rpc_workers(1) as (worker,):
+        rpc_server = _children(worker.proc.pid)
+        server = EngineServer(["--target", str(gemma_path), *ENGINE, *SPLIT[:2], "--rpc", worker.address,
+                               "--port", "0"])  # fmt: skip
+        try:
+            server.wait_ready()
+            child = _children(server.proc.pid)
+            assert len(child) == 1, child
+            server.proc.kill()
+            server.wait_exit(30)
+            worker.kill()
+        finally:
+            server.stop()
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in [*child, *rpc_server]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert len(rpc_server) == 1
+    assert not alive(child[0]), "the engine child outlived its server"
+    assert not alive(rpc_server[0]), "rpc-server outlived its rpc-worker"
