@@ -85,15 +85,16 @@ def _refuse_network(host: str, allow: bool) -> str:
     return f"warning: listening on {where} for the network. {exposure}."
 
 
-def _device_names(device: str) -> list[str]:
-    """llama.cpp's names of the devices to serve (rpc-server -d), read by the llama.cpp probe in a child."""
+def _devices(device: str) -> list[tuple[str, str]]:
+    """(llama.cpp's name, description) of each device to serve (rpc-server -d takes the names), read by
+    the llama.cpp probe in a child; a software GPU (Mesa's lavapipe) is not served as one."""
     if device == "cpu":
-        return ["CPU"]
+        return [("CPU", "this machine's processor")]
     from app.devices.probe import run_probe_in_child
 
     found = run_probe_in_child("llama.cpp")
     gpus = [
-        b.split(":", 1)[1]
+        (b.split(":", 1)[1], d.name)
         for d in found.devices
         if d.is_gpu
         for b in d.backends
@@ -104,7 +105,7 @@ def _device_names(device: str) -> list[str]:
     if device == "gpu":
         raise WorkerError(f"no GPU that this llama.cpp build can use here ({found.error or 'none found'}): "
                           "use --device cpu")  # fmt: skip
-    return ["CPU"]
+    return [("CPU", "this machine's processor: no GPU that llama.cpp can use was found")]
 
 
 def _free_port(host: str, port: int) -> int:
@@ -171,18 +172,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         warning = _refuse_network(args.host, args.allow_network)
         binary = rpc_server_binary()
-        devices = _device_names(args.device)
+        devices = _devices(args.device)
         port = _free_port(args.host, args.port)
-        proc, answer = start(binary, args.host, port, _threads(args.threads), devices)
+        proc, answer = start(binary, args.host, port, _threads(args.threads), [name for name, _ in devices])
     except WorkerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if warning:
         print(warning, file=sys.stderr)
     address = str(rpc.Endpoint(args.host, port))
-    for name, memory in zip(devices, answer.devices, strict=False):
+    for (name, description), memory in zip(devices, answer.devices, strict=False):
         free, total = memory["free_bytes"] / GIB, memory["total_bytes"] / GIB
-        print(f"serving {name}: {free:.1f} of {total:.1f} GiB free")
+        print(f"serving {name} ({description}): {free:.1f} of {total:.1f} GiB free")
     print(f"RPC protocol {answer.version}; engines connect with: python -m app serve --rpc {address}")
     if rpc.is_loopback(args.host):
         print(
