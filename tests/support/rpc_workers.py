@@ -39,8 +39,12 @@ class RpcWorker:
         self.address = ""
         self.output: collections.deque[str] = collections.deque(maxlen=100)
         self._lines: queue.Queue[str | None] = queue.Queue()
-        for stream, sink in ((self.proc.stdout, self._lines.put), (self.proc.stderr, self.output.append)):
+        for stream, sink in ((self.proc.stdout, self._lines.put), (self.proc.stderr, self._keep)):
             threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
+
+    def _keep(self, line: str | None) -> None:
+        if line is not None:
+            self.output.append(line)
 
     @staticmethod
     def _pump(stream: object, sink: object) -> None:
