@@ -158,10 +158,15 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _engine(args: argparse.Namespace):
     from app.catalog.packaged import resolve_model
+    from app.devices import placement
     from app.engine.engine import Engine
 
+    target = resolve_model(args.target)
     draft = resolve_model(args.draft) if getattr(args, "draft", None) else None
-    return Engine(resolve_model(args.target), draft, _settings(args))
+    settled, placed = placement.settle(_settings(args), target, draft)
+    engine = Engine(target, draft, settled)
+    engine.placement = placement.describe(placed)
+    return engine
 
 
 def _sampling(settings: Settings):
@@ -303,10 +308,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_devices(args: argparse.Namespace) -> int:
     from app.catalog import fit, gguf
     from app.catalog.packaged import ModelPackageMissing, resolve_model
-    from app.devices import placement, probe
+    from app.devices import placement, probe, report
 
     found = probe.discover(rpc_servers=_settings(args).engine.rpc)
-    out = found.to_json()
+    out = {**found.to_json(), "build": found.llama_build(), "fixes": report.gpu_fixes(found)}
     try:
         need = fit.PairNeed(fit.read_shape(resolve_model(args.target)))
         placed = placement.place(found.devices(), need).as_dict()
@@ -316,7 +321,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
     else:
-        print(probe.report(found))
+        print(report.report(found))
         print("placement  " + (placed.get("reason") or placed["error"]))
     return 0
 

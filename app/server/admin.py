@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import ConfigError, Settings
+from app.devices import placement
 from app.engine.engine import Engine
 from app.engine.errors import EngineError
 from app.server.hosts import is_loopback
@@ -50,8 +51,14 @@ def engine_loader(
     def load(progress: Any) -> Engine:
         from app.catalog.packaged import resolve_model
 
+        target_path = resolve_model(target)
         draft_path = resolve_model(draft) if draft else None
-        return Engine(resolve_model(target), draft_path, settings, progress)
+        if placement.is_automatic(settings):
+            progress("finding devices")
+        settled, placed = placement.settle(settings, target_path, draft_path)
+        engine = Engine(target_path, draft_path, settled, progress)
+        engine.placement = placement.describe(placed)
+        return engine
 
     return load
 
