@@ -116,7 +116,7 @@ async def messages(request: Request) -> Response:
         speculative=body.speculative,
     )
     headers = {DROPPED_HEADER: ", ".join(dropped)} if dropped else None
-    first = await start(state, submission.job)
+    first = await start(state, submission.job, streamed=body.stream)
     rid, model = new_id("msg", "_"), model_id(state)
     if not body.stream:
         reply = await collect(request, submission, first)

@@ -62,11 +62,17 @@ IGNORED_BLOCK_KEYS = ("cache_control",)
 
 def accepted_ignored() -> dict[str, Any]:
     """What /props lists: per route, the fields taken and not used, and the headers."""
+    blocks = [f"{k} (in blocks and tools)" for k in IGNORED_BLOCK_KEYS]
     return {
-        "/v1/chat/completions": sorted(CHAT_IGNORED),
-        "/v1/completions": sorted(COMPLETION_IGNORED),
-        "/v1/messages": sorted(MESSAGES_IGNORED) + [f"{k} (in blocks and tools)" for k in IGNORED_BLOCK_KEYS],
-        "/v1/responses": sorted(RESPONSES_IGNORED),
+        "/v1/chat/completions": [*sorted(CHAT_IGNORED), "stream_options.include_obfuscation"],
+        "/v1/completions": [*sorted(COMPLETION_IGNORED), "stream_options.include_obfuscation"],
+        "/v1/messages": [
+            *sorted(MESSAGES_IGNORED),
+            *blocks,
+            "output_config.effort",
+            "tool_choice.disable_parallel_tool_use",
+        ],
+        "/v1/responses": [*sorted(RESPONSES_IGNORED), "text.verbosity"],
         "headers": list(IGNORED_HEADERS),
     }
 

@@ -19,12 +19,23 @@ from app.engine.stats import SpecStats
 from app.engine.tools import Parsed, ToolCall, ToolCallParser, finish_reason, forced_prefill
 from app.server.errors import APIError
 from app.server.state import AppState
-from app.server.worker import END, Job, Logprob, NotReady, Piece, PromptCount, QueueFull, ShuttingDown
+from app.server.worker import (
+    END,
+    Job,
+    Logprob,
+    NotReady,
+    Piece,
+    PromptCount,
+    QueueFull,
+    ShuttingDown,
+    Started,
+)
 
 log = logging.getLogger("foresight.server")
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 DRAIN_LIMIT = 16 * MAX_BODY_BYTES  # read (and drop) this much of an oversized body so the client sees 413
+HEARTBEAT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -181,8 +192,11 @@ def not_loaded(worker_state: str) -> APIError:
     return APIError(503, f"the model is not ready ({worker_state})", "model_not_loaded", headers=headers)
 
 
-async def start(state: AppState, job: Job) -> Any:
-    """Queue the job and wait for its first result, so that request errors get their HTTP status."""
+async def start(state: AppState, job: Job, streamed: bool = False) -> Any:
+    """Queue the job and wait until it has started, so that request errors get their HTTP status.
+
+    A stream returns once the prompt is rendered and fits (its headers go out before a long prefill,
+    which clients time out on); anything else waits for the first result."""
     state.jobs.add(job)
     try:
         state.worker.submit(job)
@@ -194,6 +208,8 @@ async def start(state: AppState, job: Job) -> Any:
         ) from None
     try:
         first = await next_result(job)
+        while isinstance(first, Started) and not streamed:
+            first = await next_result(job)
     except BaseException:
         job.cancel.set()
         raise
@@ -222,7 +238,8 @@ async def pieces(job: Job, first: Any) -> AsyncIterator[Piece]:
         while item is not END:
             if isinstance(item, BaseException):
                 raise item
-            yield item
+            if not isinstance(item, Started):
+                yield item
             item = await next_result(job)
     finally:
         job.cancel.set()
@@ -302,7 +319,33 @@ async def collect(request: Request, submission: Submission, first: Any) -> Reply
 
 def event_stream(events: AsyncIterator[str], headers: dict[str, str] | None = None) -> StreamingResponse:
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})}
-    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    return StreamingResponse(with_heartbeats(events), media_type="text/event-stream", headers=headers)
+
+
+async def with_heartbeats(events: AsyncIterator[str], every_s: float = HEARTBEAT_S) -> AsyncIterator[str]:
+    """The events, with an SSE comment whenever none came for `every_s`: a prefill of a long prompt takes
+    minutes on a CPU, and clients drop a stream that stays silent (opencode after 5 minutes)."""
+    iterator = aiter(events)
+    pending: asyncio.Future[str] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield ": waiting for the model\n\n"
+                continue
+            finished, pending = pending, None
+            try:
+                event = finished.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        if pending is not None:  # the client left mid-wait: stop the events (which cancels the job)
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+        await iterator.aclose()  # type: ignore[attr-defined]
 
 
 def model_id(state: AppState) -> str:

@@ -24,7 +24,7 @@ from app.engine.tools import ToolCall
 from app.server.errors import APIError, error_event, from_engine_error, parse_body
 from app.server.fields import CHAT_IGNORED, COMPLETION_IGNORED, Lenient, Strict, stop_list
 from app.server.jobs import Sampling
-from app.server.worker import Logprob
+from app.server.logprobs import ChoiceLogprobs, CompletionLogprobs
 
 __all__ = ["APIError", "error_event", "from_engine_error", "parse_body"]  # admin.py's names from here
 
@@ -237,8 +237,16 @@ def chat_messages(messages: list[ChatMessage], param: str = "messages") -> list[
             m["role"] = "system"
         if isinstance(m.get("content"), list):
             check_parts(m["content"], f"{param}[{i}].content")
+            m["content"] = [_as_text_part(part) for part in m["content"]]
         out.append(m)
     return out
+
+
+def _as_text_part(part: dict[str, Any]) -> dict[str, Any]:
+    """Text parts as the chat template reads them: {"type": "text", "text": ...}, whatever their name."""
+    if part["type"] in TEXT_PARTS and part["type"] != "text":
+        return {"type": "text", "text": str(part.get("text", part.get("refusal", "")))}
+    return part
 
 
 def check_parts(parts: list[Any], param: str) -> None:
@@ -353,36 +361,6 @@ class ResponseMessage(BaseModel):
         return out
 
 
-class TopLogprob(BaseModel):
-    token: str
-    logprob: float
-    bytes: list[int]
-
-
-class TokenLogprobOut(TopLogprob):
-    top_logprobs: list[TopLogprob]
-
-
-class ChoiceLogprobs(BaseModel):
-    content: list[TokenLogprobOut] | None
-    refusal: None = None
-
-    @classmethod
-    def of(cls, logprobs: list[Logprob] | None) -> ChoiceLogprobs | None:
-        if logprobs is None:
-            return None
-        return cls(content=[_token_logprob(lp) for lp in logprobs])
-
-
-def _top(token: bytes, logprob: float) -> TopLogprob:
-    return TopLogprob(token=token.decode("utf-8", errors="replace"), logprob=logprob, bytes=list(token))
-
-
-def _token_logprob(lp: Logprob) -> TokenLogprobOut:
-    top = [_top(t, v) for t, v in lp.top]
-    return TokenLogprobOut(**_top(lp.token, lp.logprob).model_dump(), top_logprobs=top)
-
-
 class ChatChoice(BaseModel):
     index: int = 0
     message: ResponseMessage
@@ -427,32 +405,6 @@ class ChatCompletionChunk(_Response):
     choices: list[ChatChunkChoice]
     speculative_tokens: list[bool] = []  # extension: per token of this chunk, an accepted draft token
     usage: Usage | None = None
-
-
-class CompletionLogprobs(BaseModel):
-    """The legacy completions shape: parallel lists per token, alternatives as {token: logprob}."""
-
-    tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]] | None
-    text_offset: list[int]
-
-    @classmethod
-    def of(cls, logprobs: list[Logprob] | None, with_top: bool, offset: int = 0) -> CompletionLogprobs | None:
-        if logprobs is None:
-            return None
-        tokens = [lp.token.decode("utf-8", errors="replace") for lp in logprobs]
-        offsets = []
-        for token in tokens:
-            offsets.append(offset)
-            offset += len(token)
-        top = [{t.decode("utf-8", errors="replace"): v for t, v in lp.top} for lp in logprobs]
-        return cls(
-            tokens=tokens,
-            token_logprobs=[lp.logprob for lp in logprobs],
-            top_logprobs=top if with_top else None,
-            text_offset=offsets,
-        )
 
 
 class CompletionChoice(BaseModel):

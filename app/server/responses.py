@@ -32,6 +32,7 @@ from app.server.jobs import (
     reply_finish,
     start,
 )
+from app.server.logprobs import response_logprobs
 from app.server.protocol import MAX_TOP_LOGPROBS, check_parts, new_id
 from app.server.state import app_state
 from app.server.worker import Logprob
@@ -230,21 +231,6 @@ def chat_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
 
 
 # --- output -----------------------------------------------------------------------------------------
-def _logprobs(logprobs: list[Logprob] | None) -> list[dict[str, Any]]:
-    def token(lp: bytes) -> str:
-        return lp.decode("utf-8", errors="replace")
-
-    return [
-        {
-            "token": token(lp.token),
-            "bytes": list(lp.token),
-            "logprob": lp.logprob,
-            "top_logprobs": [{"token": token(t), "bytes": list(t), "logprob": v} for t, v in lp.top],
-        }
-        for lp in logprobs or []
-    ]
-
-
 def _message_item(
     item_id: str, text: str, status: str, logprobs: list[Logprob] | None = None
 ) -> dict[str, Any]:
@@ -253,7 +239,7 @@ def _message_item(
 
 
 def _text_part(text: str, logprobs: list[Logprob] | None = None) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": _logprobs(logprobs)}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": response_logprobs(logprobs)}
 
 
 def _call_item(call: ToolCall, status: str = "completed") -> dict[str, Any]:
@@ -344,7 +330,7 @@ async def create_response(request: Request) -> Response:
         speculative=body.speculative,
     )
     headers = {DROPPED_HEADER: ", ".join(dropped)} if dropped else None
-    first = await start(state, submission.job)
+    first = await start(state, submission.job, streamed=body.stream)
     shell = _Shell(body, model_id(state), tools)
     if not body.stream:
         reply = await collect(request, submission, first)
@@ -394,7 +380,10 @@ async def create_response(request: Request) -> Response:
             output[m["index"]] = item
             return [
                 event(
-                    "response.output_text.done", **where, text=m["text"], logprobs=_logprobs(m["logprobs"])
+                    "response.output_text.done",
+                    **where,
+                    text=m["text"],
+                    logprobs=response_logprobs(m["logprobs"]),
                 ),
                 event("response.content_part.done", **where, part=item["content"][0]),
                 event("response.output_item.done", output_index=m["index"], item=item),
@@ -415,7 +404,7 @@ async def create_response(request: Request) -> Response:
                         output_index=message["index"],
                         content_index=0,
                         delta=parsed.content,
-                        logprobs=_logprobs(piece.logprobs),
+                        logprobs=response_logprobs(piece.logprobs),
                     )
                 for call in parsed.calls:
                     for line in close_message():

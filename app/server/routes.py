@@ -89,7 +89,7 @@ async def chat_completions(request: Request) -> Response:
             message = f"{CONTINUE_PARAM}: an answer cannot be continued with a forced tool call"
             raise APIError(400, message, "invalid_request_error", CONTINUE_PARAM)
         submission.job.prefill = continuation
-    first = await start(state, submission.job)
+    first = await start(state, submission.job, streamed=body.stream)
     rid, model = new_id("chatcmpl"), model_id(state)
     if not body.stream:
         reply = await collect(request, submission, first)
@@ -149,7 +149,7 @@ async def completions(request: Request) -> Response:
         logprobs=body.logprobs,
         speculative=body.speculative,
     )
-    first = await start(state, submission.job)
+    first = await start(state, submission.job, streamed=body.stream)
     rid, model = new_id("cmpl"), model_id(state)
     with_top = bool(body.logprobs)
     if not body.stream:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from app.engine.engine import Engine
-from app.engine.errors import EngineError
+from app.engine.errors import ContextLengthExceeded, EngineError
 from app.engine.generation import Chunk, GenerationRequest
 from app.engine.grammar import vocab_pointer
 from app.engine.sampling import SamplingParams, TokenLogprob
@@ -52,13 +52,18 @@ class Piece(Chunk):
 
 
 @dataclass(frozen=True)
+class Started:
+    """The prompt is rendered and fits: generation begins (a stream can send its headers now)."""
+
+
+@dataclass(frozen=True)
 class PromptCount:
     """The answer to a count-only job: the rendered prompt's length in tokens."""
 
     tokens: int
 
 
-Result = Piece | PromptCount | _End | BaseException
+Result = Piece | Started | PromptCount | _End | BaseException
 Loader = Callable[[Callable[[str], None]], Engine]  # builds an Engine, reporting its stages by name
 
 
@@ -350,6 +355,12 @@ class Worker:
                 speculative=job.speculative,
                 media=prompt.media,
             )
+            if len(prompt.tokens) >= engine.target.n_ctx:  # as generate() says it, before its prefill
+                raise ContextLengthExceeded(
+                    f"the prompt has {len(prompt.tokens)} tokens but the context holds {engine.target.n_ctx} "
+                    "(with room for one reply token)"
+                )
+            job.results.put(Started())  # a long prompt's prefill can take minutes on a CPU
             pieces = _Pieces(engine, job)
             for chunk in engine.generate(request, job.cancel):
                 if chunk.stats is not None:

@@ -42,14 +42,20 @@ def served(qwen_path: Path) -> Iterator[EngineServer]:
         yield server
 
 
+def needs(name: str) -> pytest.MarkDecorator:
+    """Skip a test whose client is not installed (before its server starts), unless the run requires the
+    clients (FORESIGHT_CLIENTS_REQUIRED=1, as CI sets after scripts/install-clients.sh): then it fails."""
+    missing = installed(name) is None and os.environ.get("FORESIGHT_CLIENTS_REQUIRED") != "1"
+    return pytest.mark.skipif(
+        missing, reason=f"{PINS[name].spec} is not installed: run scripts/install-clients.sh"
+    )
+
+
 def client(name: str) -> Path:
-    """The pinned client's executable; skipped when not installed (failed: FORESIGHT_CLIENTS_REQUIRED=1)."""
+    """The pinned client's executable."""
     exe = installed(name)
     if exe is None:
-        message = f"{PINS[name].spec} is not installed: run scripts/install-clients.sh"
-        if os.environ.get("FORESIGHT_CLIENTS_REQUIRED") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        pytest.fail(f"{PINS[name].spec} is not installed: run scripts/install-clients.sh")
     return exe
 
 
@@ -64,6 +70,9 @@ def run_client(
         (home / sub).mkdir(parents=True, exist_ok=True)
     full.update(
         HOME=str(home),
+        PWD=str(
+            cwd
+        ),  # some clients (opencode) take their project from PWD, which the parent would leave stale
         XDG_CACHE_HOME=str(home / ".cache"),
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_DATA_HOME=str(home / ".local/share"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.conftest import ServerLog, client, run_client
+from tests.clients.conftest import ServerLog, client, needs, run_client
 from tests.support.server_helpers import EngineServer
 
 pytestmark = [pytest.mark.clients, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -37,6 +37,7 @@ def _git_repo(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
+@needs("openai")
 def test_openai_package(served: EngineServer, server_log: ServerLog, tmp_path: Path) -> None:
     python = client("openai")
     run = run_client(
@@ -55,6 +56,7 @@ def test_openai_package(served: EngineServer, server_log: ServerLog, tmp_path: P
     assert 'get_weather {"city": "Paris"}' in server_log.tool_calls()
 
 
+@needs("anthropic")
 def test_anthropic_package(served: EngineServer, server_log: ServerLog, tmp_path: Path) -> None:
     python = client("anthropic")
     run = run_client(
@@ -74,6 +76,7 @@ def test_anthropic_package(served: EngineServer, server_log: ServerLog, tmp_path
     assert server_log.tool_calls().count('get_weather {"city": "Paris"}') == 2
 
 
+@needs("llm")
 def test_llm_chat_completion_and_schema(served: EngineServer, server_log: ServerLog, tmp_path: Path) -> None:
     llm = client("llm")
     config = tmp_path / "llm"
@@ -104,6 +107,7 @@ def test_llm_chat_completion_and_schema(served: EngineServer, server_log: Server
     assert server_log.tool_calls() == []  # no tools were offered, none came back
 
 
+@needs("aider")
 def test_aider_edits_a_whole_file(served: EngineServer, server_log: ServerLog, tmp_path: Path) -> None:
     aider = client("aider")
     repo = _git_repo(tmp_path / "repo", {"greet.py": 'def greet():\n    return "hi"\n'})
@@ -141,6 +145,7 @@ def test_aider_edits_a_whole_file(served: EngineServer, server_log: ServerLog, t
     assert any("request done: stop" in line for line in server_log.lines())
 
 
+@needs("opencode")
 def test_opencode_writes_a_file_through_its_write_tool(
     served: EngineServer, server_log: ServerLog, tmp_path: Path
 ) -> None:
@@ -164,13 +169,19 @@ def test_opencode_writes_a_file_through_its_write_tool(
     }
     (project / "opencode.json").write_text(json.dumps(config))
     prompt = "Create the file notes.txt containing exactly the word banana. Use the write tool."
-    _ok(run_client([str(opencode), "run", "--auto", prompt], tmp_path / "home", project))
+    env = {"OPENCODE_CONFIG": str(project / "opencode.json")}
+    _ok(
+        run_client(
+            [str(opencode), "run", "--auto", "-m", "foresight/qwen", prompt], tmp_path / "home", project, env
+        )
+    )
     assert (project / "notes.txt").read_text().strip() == "banana"
     writes = [c for c in server_log.tool_calls() if c.startswith("write ")]
     assert writes, server_log.tool_calls()
     assert "notes.txt" in json.loads(writes[0].split(" ", 1)[1])["filePath"]
 
 
+@needs("codex")
 def test_codex_answers_through_responses(served: EngineServer, server_log: ServerLog, tmp_path: Path) -> None:
     codex = client("codex")
     home = tmp_path / "codex-home"

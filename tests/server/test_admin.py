@@ -199,8 +199,8 @@ def test_load_a_pair_with_progress_then_serve_with_it(admin: httpx.Client, gemma
         assert stream.status_code == 200
         assert stream.headers["content-type"].startswith("text/event-stream")
         events = sse_payloads(stream.iter_lines())
-        seen = [next(events), next(events)]
-        assert [e["stage"] for e in seen] == ["unloading", "loading target"]
+        seen = [next(events), next(events), next(events)]
+        assert [e["stage"] for e in seen] == ["unloading", "finding devices", "loading target"]
         # Meanwhile: generation answers 503 model_not_loaded, and a second load is refused.
         during = admin.post("/v1/completions", json={"prompt": COUNTING, "max_tokens": 2})
         assert during.status_code == 503
@@ -209,6 +209,7 @@ def test_load_a_pair_with_progress_then_serve_with_it(admin: httpx.Client, gemma
         seen += list(events)
     assert [e if e == "[DONE]" else e["stage"] for e in seen] == [
         "unloading",
+        "finding devices",  # the device is left to the placement (auto)
         "loading target",
         "loading drafter",
         "calibrating",
@@ -238,6 +239,7 @@ def test_unload_then_model_not_loaded_then_load_again(
     with admin.stream("POST", "/admin/load", json={"target": str(gemma_path), "ngram": True}) as stream:
         events = list(sse_payloads(stream.iter_lines()))
     assert [e if e == "[DONE]" else e["stage"] for e in events] == [
+        "finding devices",
         "loading target",
         "calibrating",
         "ready",
@@ -255,7 +257,7 @@ def test_a_failed_load_reports_its_error_and_a_good_load_recovers(
     notes.write_text("these are my notes, not a model")
     with admin.stream("POST", "/admin/load", json={"target": str(notes)}) as stream:
         events = list(sse_payloads(stream.iter_lines()))
-    assert [e["stage"] for e in events[:-2]] == ["unloading", "loading target"]
+    assert [e["stage"] for e in events[:-2]] == ["unloading", "finding devices", "loading target"]
     assert events[-2]["error"]["code"] == "model_load_failed"
     assert "not a GGUF file" in events[-2]["error"]["message"]
     assert events[-1] == "[DONE]"

@@ -145,3 +145,25 @@ def test_max_completion_tokens_wins_over_max_tokens(gemma_api: EngineServer) -> 
         out = post(gemma_api, CHAT, body).json()
         assert out["usage"]["completion_tokens"] <= expected
         assert out["choices"][0]["finish_reason"] == "length", limits
+
+
+def test_responses_logprobs_ride_on_the_output_text(gemma_api: EngineServer) -> None:
+    body = {"input": "Is the sky blue?", "max_output_tokens": 4, "temperature": 0, "top_logprobs": 2}
+    out = post(gemma_api, RESPONSES, body).json()
+    part = out["output"][0]["content"][0]
+    assert "".join(t["token"] for t in part["logprobs"]) == part["text"]
+    assert all(len(t["top_logprobs"]) == 2 and t["logprob"] <= 0 for t in part["logprobs"])
+
+
+def test_every_text_part_name_reaches_the_template(gemma_api: EngineServer) -> None:
+    """Parts named as the Responses API names them are text too, not dropped from the prompt."""
+    plain = [{"role": "user", "content": [{"type": "text", "text": "Is the sky blue? Answer yes or no."}]}]
+    renamed = [
+        {"role": "user", "content": [{"type": "input_text", "text": "Is the sky blue? Answer yes or no."}]}
+    ]
+    answers = [
+        post(gemma_api, CHAT, {"messages": m, "max_tokens": 4, "temperature": 0}).json()
+        for m in (plain, renamed)
+    ]
+    assert answers[0]["usage"]["prompt_tokens"] == answers[1]["usage"]["prompt_tokens"]
+    assert answers[0]["choices"][0]["message"] == answers[1]["choices"][0]["message"]

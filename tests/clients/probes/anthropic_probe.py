@@ -18,20 +18,14 @@ SYSTEM = "Reply with just the number."
 
 def main(base_url: str) -> dict[str, object]:
     client = anthropic.Anthropic(base_url=base_url, api_key="local", max_retries=0, timeout=900)
-    message = client.messages.create(model="qwen", system=SYSTEM, messages=SUMS, max_tokens=8, temperature=0)
-    with client.messages.stream(
-        model="qwen", system=SYSTEM, messages=SUMS, max_tokens=8, temperature=0
-    ) as stream:
+    message = client.messages.create(model="qwen", system=SYSTEM, messages=SUMS, max_tokens=8)
+    with client.messages.stream(model="qwen", system=SYSTEM, messages=SUMS, max_tokens=8) as stream:
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
     weather = [{"role": "user", "content": "What is the weather in Paris?"}]
-    tools = client.messages.create(
-        model="qwen", messages=weather, tools=[WEATHER], max_tokens=48, temperature=0
-    )
+    tools = client.messages.create(model="qwen", messages=weather, tools=[WEATHER], max_tokens=48)
     [use] = [b for b in tools.content if b.type == "tool_use"]
-    with client.messages.stream(
-        model="qwen", messages=weather, tools=[WEATHER], max_tokens=48, temperature=0
-    ) as s:
+    with client.messages.stream(model="qwen", messages=weather, tools=[WEATHER], max_tokens=48) as s:
         streamed_use = [b for b in s.get_final_message().content if b.type == "tool_use"]
     count = client.messages.count_tokens(model="qwen", system=SYSTEM, messages=SUMS)
     return {
