@@ -37,6 +37,7 @@ PAIR_ROLE = Qt.ItemDataRole.UserRole
 # --- fit on this machine ------------------------------------------------------------------------
 
 FIT_TIMEOUT_MS = 120_000
+STOPPING_WAIT_S = 30  # a paused download's thread ends right after it said so
 
 
 class FitScan(AppCommand):
@@ -297,10 +298,14 @@ class CatalogModel(_Table):
         task = self.tasks.get(pair_id)
         if task is None:
             return
-        if task.running:
+        paused = self.states.get(pair_id) == "paused"
+        if task.running and not paused:
             task.cancel()
             return
-        for p in task.job.plan_:  # paused: no job runs to clean up after itself
+        # paused: the job said so and returned, but its thread may not have ended yet (a busy machine):
+        # a cancel sent to it now would never be answered, so no job runs to clean up after itself
+        task.wait(STOPPING_WAIT_S)
+        for p in task.job.plan_:
             p.part.unlink(missing_ok=True)
             p.part.with_name(p.part.name + ".json").unlink(missing_ok=True)  # hub's resume record
         self._stopped(pair_id, False)
