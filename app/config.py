@@ -81,6 +81,12 @@ class EngineSettings(Section):
         description="drafter model runner: llama.cpp, or our own GPU kernels (auto: native where the GPU, "
         "architecture and weight types allow, else llama.cpp)",
     )
+    native_gemv: Literal["reference", "fast"] = Field(
+        "reference",
+        description="matrix-vector kernels of the native backend: reference (float activations) or fast "
+        "(activations quantised to int8 per 32, as llama.cpp's CUDA build does; dp4a, each weight read once "
+        "per pass)",
+    )
     gpu_layers: int = Field(-1, ge=-1, le=1024, description="layers offloaded on a GPU device (-1: all)")
     tensor_split: list[float] | None = Field(
         None, description="share of the target per GPU, e.g. 3,1 (with rpc: the workers' devices first)"

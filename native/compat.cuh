@@ -83,6 +83,40 @@ __device__ __forceinline__ float fs_half_to_float(u16 h) {
 
 __device__ __forceinline__ float fs_bf16_to_float(u16 h) { return __uint_as_float((u32)h << 16); }
 
+// c + the dot product of the four signed bytes of a and of b. NVIDIA: dp4a (sm_61 on). AMD: v_dot4_i32_i8
+// where the target has it (GCN5.1, CDNA, RDNA2 as llama.cpp's HIP build uses it; RDNA3's takes the signs as
+// operands), else four byte products.
+__device__ __forceinline__ int fs_dp4a(int a, int b, int c) {
+#if !FS_HIP
+    return __dp4a(a, b, c);
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) ||        \
+    defined(__gfx941__) || defined(__gfx942__) || defined(__gfx1030__) || defined(__gfx1031__) ||          \
+    defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
+    return __builtin_amdgcn_sdot4(a, b, c, false);
+#elif defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__)
+    return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
+#else
+    const int p0 = (int)(signed char)a * (int)(signed char)b;
+    const int p1 = (int)(signed char)(a >> 8) * (int)(signed char)(b >> 8);
+    const int p2 = (int)(signed char)(a >> 16) * (int)(signed char)(b >> 16);
+    return c + p0 + p1 + p2 + (a >> 24) * (b >> 24);
+#endif
+}
+
+// 16 bytes of a weight that is read once per launch: past L1 without a line in it (on NVIDIA), so the hot
+// activations keep theirs. p is 16-byte aligned, in memory no launch writes.
+__device__ __forceinline__ uint4 fs_ld_stream16(const void* p) {
+#if FS_HIP
+    return *(const uint4*)p;
+#else
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+#endif
+}
+
 __device__ __forceinline__ float fs_warp_sum(float v) {
 #pragma unroll
     for (int m = FS_WARP / 2; m > 0; m >>= 1) v += FS_SHFL_XOR(v, m);

@@ -1,11 +1,12 @@
 """Backends side by side on one model file in one run: greedy decode speed, verify cost by width, GB/s.
 
 `python -m app bench --backends llama,native --target T.gguf [--json]`. Each backend in turn loads the
-file, decodes the same prompt greedily, times verify passes of k = 1..16 tokens after the same prefix, and
-is closed before the next loads. Both greedy answers are compared token for token. The bandwidth figure
-is the bytes of weights one decode step reads (every matrix but the token embedding, of which it reads
-one row) over the step's time; the bound is the GPU's memory bandwidth: the device's own (NVML's peak, or a
-measured copy where NVML cannot say), or --bandwidth.
+file (native with the GEMV kernels [engine] native_gemv names; compare() also takes native:reference and
+native:fast), decodes the same prompt greedily, times verify passes of k = 1..16 tokens after the same
+prefix, and is closed before the next loads. Both greedy answers are compared token for token. The
+bandwidth figure is the bytes of weights one decode step reads (every matrix but the token embedding, of
+which it reads one row) over the step's time; the bound is the GPU's memory bandwidth: the device's own
+(NVML's peak, or a measured copy where NVML cannot say), or --bandwidth.
 """
 
 from __future__ import annotations
@@ -41,11 +42,21 @@ def bytes_per_token(path: Path) -> int:
     return total
 
 
+def native_gemv(backend: str) -> str:
+    """The GEMV kernels a native entry names (native:fast), else the settings' [engine] native_gemv."""
+    _, _, gemv = backend.partition(":")
+    if gemv:
+        return gemv
+    from app.config import load_settings
+
+    return load_settings().engine.native_gemv
+
+
 def _load(backend: str, path: Path, n_ctx: int) -> Any:
-    if backend == "native":
+    if backend.startswith("native"):
         from app.engine.backends.native import NativeBackend
 
-        return NativeBackend(path, n_ctx=n_ctx)
+        return NativeBackend(path, n_ctx=n_ctx, gemv=native_gemv(backend))
     from app.engine.backends.llama import LlamaBackend
 
     return LlamaBackend(path, n_ctx=n_ctx, device="auto")
@@ -92,6 +103,7 @@ def profile_backend(
         target.rollback(0)
         out: dict[str, Any] = {
             "backend": backend,
+            "gemv": getattr(target, "gemv", None),
             "device_reason": getattr(target, "device_reason", ""),
             "prompt_tokens": len(prompt),
             "generated": len(steps),
@@ -99,9 +111,11 @@ def profile_backend(
             "step_ms": round(statistics.median(steps) * 1e3, 4) if steps else None,
             "tok_s": round(len(steps) / sum(steps), 1) if steps else None,
             "verify_ms": {k: round(v * 1e3, 4) for k, v in verify.items()},
+            # the widest verify pass in decode steps (the issue's "verify 16 tokens <= 1.6 steps")
+            "verify_steps": round(verify[max(widths)] / statistics.median(steps), 3) if steps else None,
             "answer": answer,
         }
-        if backend == "native":
+        if backend.startswith("native"):
             target.decode_argmax(prompt, len(prompt) - 1)
             out["profile"] = [target.profile(width) for width in (1, 17)]
         return out
@@ -180,11 +194,17 @@ def compare(
             diff = f"{diff} ({results[0]['backend']}'s top-2 margin there {r['margin_at_difference']})"
         share = f", {r['bound_share']:.0%} of the bound" if r.get("bound_share") else ""
         versus = f", {ratio:.2f}x" if ratio else ""
+        name = r["backend"] if r["backend"] != "native" else f"native:{r['gemv']}"
         print(
-            f"{r['backend']:<7} decode {r['tok_s']} tok/s ({r['step_ms']} ms/token, {r.get('gb_s')} GB/s"
+            f"{name:<7} decode {r['tok_s']} tok/s ({r['step_ms']} ms/token, {r.get('gb_s')} GB/s"
             f"{share}){versus}; greedy answers part at: {diff}"
         )
-        print("        verify ms by k: " + " ".join(f"{k}:{v:.3f}" for k, v in r["verify_ms"].items()))
+        widest = max(r["verify_ms"])
+        print(
+            "        verify ms by k: "
+            + " ".join(f"{k}:{v:.3f}" for k, v in r["verify_ms"].items())
+            + f"; k={widest} costs {r['verify_steps']} decode steps"
+        )
         for prof in r.get("profile", []):
             top = ", ".join(f"{k} {v['ms']:.3f}" for k, v in list(prof["kernels"].items())[:6])
             print(

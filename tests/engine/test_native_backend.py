@@ -1,4 +1,5 @@
-"""The native backend: chosen only where it can run, exact against llama.cpp and the reference on a GPU."""
+"""The native backend: chosen only where it can run, exact against llama.cpp and the reference on a GPU, with
+either set of GEMV kernels (gemv.cu's float ones, mmvq.cu's int8-activation ones)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from app.config import DraftSettings, EngineSettings, Settings
 from app.engine.backends.native import gpu_available, native_support
 from app.engine.engine import Engine
 from app.engine.errors import DrafterUnusable, ModelLoadError
+from tests.engine.kernels.test_mmvq import INT8_LOGIT_ERROR
 from tests.support.helpers import assert_exact, run_checked
 
 NO_GPU = gpu_available()
@@ -85,14 +87,27 @@ def test_without_a_gpu_native_is_refused_and_auto_falls_back(gemma_path: Path) -
 gpu = pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
 
 
-@pytest.fixture(scope="module")
-def native_gemma(gemma_path: Path):
+@pytest.fixture(scope="module", params=["reference", "fast"])
+def native_gemma(gemma_path: Path, request: pytest.FixtureRequest):
     if NO_GPU is not None:
         pytest.skip(NO_GPU)
     from app.engine.backends.native import NativeBackend
 
-    with NativeBackend(gemma_path, n_ctx=2048) as backend:
+    with NativeBackend(gemma_path, n_ctx=2048, gemv=request.param) as backend:
+        assert backend.gemv == request.param
         yield backend
+
+
+def test_the_gemv_setting_defaults_to_the_reference_kernels(gemma_path: Path) -> None:
+    from app.engine.backends.native import GEMV_KERNELS, NativeBackend
+
+    with pytest.raises(ValueError, match="gemv 'int4': one of reference, fast"):
+        NativeBackend(gemma_path, gemv="int4")
+    assert EngineSettings().native_gemv == "reference"
+    assert set(GEMV_KERNELS) == {"reference", "fast"}
+    assert EngineSettings(native_gemv="fast").native_gemv == "fast"
+    with pytest.raises(ValueError, match="native_gemv"):
+        EngineSettings(native_gemv="int4")  # type: ignore[arg-type]
 
 
 PROMPT = (
@@ -114,11 +129,16 @@ def test_native_logits_match_the_reference(native_gemma, gemma_path: Path) -> No
     want = ref.forward(tokens, ref.new_cache(len(tokens) + 1))
     spread = want.max(axis=1) - want.min(axis=1)
     err = np.abs(got - want).max(axis=1) / spread
-    # The kernels keep K/V in f16 (the reference in f32) and sum in another order: 1% of the spread.
-    assert err.max() < 0.01, f"logit error {err.max():.4f} of the spread"
+    # The kernels keep K/V in f16 (the reference in f32) and sum in another order: 1% of the spread. Int8
+    # activations move the logits further (test_mmvq.py measures how far on the reference itself).
+    fast = native_gemma.gemv == "fast"
+    assert err.max() < (INT8_LOGIT_ERROR if fast else 0.01), f"logit error {err.max():.4f} of the spread"
     agree = (got.argmax(axis=1) == want.argmax(axis=1)).mean()
-    assert agree > 0.95
-    print(f"\nnative vs reference: max logit error {err.max():.5f} of the spread, argmax agree {agree:.3f}")
+    assert agree > (0.85 if fast else 0.95)
+    print(
+        f"\nnative ({native_gemma.gemv}) vs reference: max logit error {err.max():.5f} of the spread, "
+        f"argmax agree {agree:.3f}"
+    )
 
 
 @pytest.mark.gpu
@@ -130,7 +150,7 @@ def test_a_verify_pass_equals_steps_one_by_one(native_gemma) -> None:
     batch = native_gemma.decode(tokens[-8:], 0).copy()
     native_gemma.rollback(len(tokens) - 8)
     single = np.stack([native_gemma.decode([t], 0)[0].copy() for t in tokens[-8:]])
-    # The GEMV does the same operations in the same order for any batch: exact, not close.
+    # Either GEMV does the same operations in the same order for any batch: exact, not close.
     assert np.array_equal(batch.argmax(axis=1), single.argmax(axis=1))
     assert np.abs(batch - single).max() < 1e-3
 
@@ -161,7 +181,7 @@ def test_native_greedy_equals_llama_cpp_for_256_tokens(native_gemma, gemma_path:
             top = np.sort(row)[-2:]
             margin = float(top[1] - top[0])
             assert margin < NEAR_TIE, f"native and llama.cpp part at token {diff}, margin {margin:.3f}"
-    print(f"\nnative vs llama.cpp greedy, 256 tokens: part at {diff}")
+    print(f"\nnative ({native_gemma.gemv}) vs llama.cpp greedy, 256 tokens: part at {diff}")
 
 
 @pytest.mark.gpu

@@ -1,11 +1,12 @@
 """Native backend: app.engine.kernels.reference's forward pass on our kernels (native/), a CUDA graph a step.
 
 The model runs as reference.py specifies it: GGUF blocks are read straight by the GEMV kernels (projections
-of one input and one weight type stacked into one matrix, one launch), the q/k norms, RoPE and KV store are
-one launch, as are Gemma's output norm, residual add and next input norm; the KV cache is f16 (as
-llama.cpp's), and a pass of width n (1..max_width tokens) is recorded once as a
-CUDA graph and replayed: only the token ids and positions are copied in before a replay, and the argmax
-ids (or the rows of logits asked for) copied out after. On HIP the same launches run without a graph.
+of one input and one weight type stacked into one matrix, one launch; gemv="fast": kernels.mmvq's int8
+kernels where the type allows, each input quantised once), the q/k norms, RoPE and KV store are one launch,
+as are Gemma's output norm, residual add and next input norm; the KV cache is f16 (as llama.cpp's), and a
+pass of width n (1..max_width tokens) is recorded once as a CUDA graph and replayed: only the token ids and
+positions are copied in before a replay, and the argmax ids (or the rows of logits asked for) copied out
+after. On HIP the same launches run without a graph.
 The weights come from the file through kernels.weights (as the reference reads them); the tokenizer from
 tokenizer.Tokenizer (llama.cpp reads the file's vocabulary and no weights).
 """
@@ -22,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from app.catalog import gguf
+from app.config import EngineSettings
 from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
 from app.engine.errors import DecodeError, ModelLoadError
-from app.engine.kernels import ops, qmatmul, runtime
+from app.engine.kernels import mmvq, ops, qmatmul
 from app.engine.kernels.reference import ModelConfig
 from app.engine.kernels.runtime import is_hip
 from app.engine.kernels.weights import ModelWeights
@@ -33,13 +35,15 @@ log = logging.getLogger("foresight.native")
 
 _ATTN_IN = ("attn_q", "attn_k", "attn_v")
 _FFN_IN = ("ffn_gate", "ffn_up")
+GEMV_KERNELS = ("reference", "fast")  # EngineSettings.native_gemv
+Matrix = qmatmul.DeviceWeight | mmvq.PackedWeight  # a GEMV weight: GGUF blocks (gemv.cu), packed (mmvq.cu)
 
 
 @dataclass(frozen=True)
 class _Projection:
     """One GEMV of a layer: a matrix that holds the projections `roles` (`rows` each), rows stacked."""
 
-    weight: qmatmul.DeviceWeight
+    weight: Matrix
     bias: Any
     roles: tuple[str, ...]
     rows: tuple[int, ...]
@@ -95,6 +99,8 @@ class NativeBackend:
     """One model on one GPU, run by our kernels; a single sequence, as LlamaBackend.
 
     tokenizer=False: token ids only (no llama.cpp needed), for kernel work on a machine without it.
+    gemv: "reference" (gemv.cu, float activations) or "fast" (mmvq.cu where the weight type allows);
+    None: the setting's default.
     """
 
     backend_name = "native"
@@ -107,7 +113,11 @@ class NativeBackend:
         max_width: int = MAX_WIDTH,
         graphs: bool = True,
         tokenizer: bool = True,
+        gemv: str | None = None,
     ):
+        self.gemv = gemv or EngineSettings.model_fields["native_gemv"].default
+        if self.gemv not in GEMV_KERNELS:
+            raise ValueError(f"gemv {self.gemv!r}: one of {', '.join(GEMV_KERNELS)}")
         self.path = Path(path)
         self.header = read_model_header(self.path)
         reason = native_support(self.path, self.header)
@@ -161,6 +171,8 @@ class NativeBackend:
         )
         gpu_name = cupy.cuda.runtime.getDeviceProperties(self.main_gpu)["name"].decode()
         self.device_reason = f"native kernels on GPU {self.main_gpu} ({gpu_name})"
+        if self.gemv == "fast":
+            self.device_reason += "; GEMV on int8 activations (dp4a)"
         log.info(
             "loaded %s natively (%s, %.0f MB), n_ctx=%d",
             self.path.name,
@@ -173,7 +185,7 @@ class NativeBackend:
     def _upload(self) -> None:
         cupy = _cupy()
         c = self.config
-        self.weights: dict[str, qmatmul.DeviceWeight] = {}
+        self.weights: dict[str, Matrix] = {}
         self.vectors: dict[str, Any] = {}
         types = {t.name: t.type_id for t in self.header.tensors}
         projections = {f"blk.{il}.{role}" for il in range(c.n_layer) for role in (*_ATTN_IN, *_FFN_IN)}
@@ -181,8 +193,10 @@ class NativeBackend:
             if t.name.removesuffix(".weight").removesuffix(".bias") in projections:
                 continue  # uploaded below, fused where they can be
             raw, ggml_type, shape = self.tensors.raw(t.name)
-            if len(shape) == 2:
+            if t.name == "token_embd.weight":  # get_rows reads GGUF blocks
                 self.weights[t.name] = qmatmul.DeviceWeight(raw, ggml_type, (shape[0], shape[1]), t.name)
+            elif len(shape) == 2:
+                self.weights[t.name] = self._matrix(raw, ggml_type, (shape[0], shape[1]), t.name)
             else:
                 self.vectors[t.name] = cupy.asarray(self.tensors.weight(t.name), dtype=cupy.float32)
         self.layers = [
@@ -190,9 +204,19 @@ class NativeBackend:
             for il in range(c.n_layer)
         ]
         self.output = self.weights["token_embd.weight" if c.tied_output else "output.weight"]
+        if c.tied_output and self.gemv == "fast" and mmvq.supported(self.output.ggml_type):
+            # the embedding once more, packed for the output GEMV (get_rows reads the GGUF blocks)
+            raw, ggml_type, shape = self.tensors.raw("token_embd.weight")
+            self.output = self.weights["output"] = mmvq.PackedWeight(raw, ggml_type, shape, "output")
         self.weights_bytes = sum(w.nbytes for w in self.weights.values()) + sum(
             int(v.nbytes) for v in self.vectors.values()
         )
+
+    def _matrix(self, raw: Any, ggml_type: int, shape: tuple[int, int], name: str) -> Matrix:
+        """A weight that GEMVs read: packed for mmvq.cu with gemv="fast" where its type allows."""
+        if self.gemv == "fast" and mmvq.supported(ggml_type):
+            return mmvq.PackedWeight(raw, ggml_type, shape, name)
+        return qmatmul.DeviceWeight(raw, ggml_type, shape, name)
 
     def _projections(self, il: int, roles: tuple[str, ...], types: dict[str, int]) -> list[_Projection]:
         """The projections of one input (q, k, v; or gate, up) as few matrices as their weight types allow:
@@ -210,7 +234,7 @@ class NativeBackend:
             blocks = np.concatenate([np.asarray(r[0]) for r in raws]) if len(raws) > 1 else raws[0][0]
             rows = [shape[0] for _, _, shape in raws]
             label = "+".join(names)
-            weight = qmatmul.DeviceWeight(blocks, raws[0][1], (sum(rows), raws[0][2][1]), label)
+            weight = self._matrix(blocks, raws[0][1], (sum(rows), raws[0][2][1]), label)
             self.weights[label] = weight
             bias = None
             if any(f"{name}.bias" in types for name in names):
@@ -248,18 +272,36 @@ class NativeBackend:
         self.topk_idx = cupy.zeros(w * self.device_topk_max, dtype=cupy.int32)
         self._host_in = np.zeros(2 * w, dtype=np.int32)
         self._arange = np.arange(w, dtype=np.int32)
+        # Rows of activations quantised for mmvq.cu, one buffer per input width its weights take.
+        widths = {m.n_in for m in self.weights.values() if isinstance(m, mmvq.PackedWeight)}
+        self._qx = {n_in: mmvq.QuantizedRows(w, n_in) for n_in in sorted(widths)}
         self.stream = cupy.cuda.Stream(non_blocking=True)
         # The uploads and zero fills above ran on the default stream; ours does not wait for it.
         cupy.cuda.Device().synchronize()
 
     # --- the forward pass ------------------------------------------------------------------------------
+    def _matmul(
+        self, x: Any, weight: Matrix, out: Any, bias: Any = None, accumulate: bool = False, fresh: bool = True
+    ) -> None:
+        """out (+)= x . W^T (+ bias) by the weight's kernel; fresh=False: x is the input the last mmvq launch
+        of this width quantised (the projections of one input share it)."""
+        if isinstance(weight, mmvq.PackedWeight):
+            qx = self._qx[weight.n_in]
+            if fresh:
+                mmvq.quantize(x, qx)
+            mmvq.matmul(qx, weight, out, bias, accumulate)
+        else:
+            qmatmul.matmul(x, weight, out, bias, accumulate)
+
     def _project(self, h: Any, projections: list[_Projection]) -> dict[str, Any]:
         """Run a layer's projections of h; role -> its [n, rows] view of the output buffers."""
         n = h.shape[0]
         views = {}
+        quantized = False
         for buffer, p in zip(self.proj, projections, strict=False):
             out = buffer[: n * p.weight.n_out].reshape(n, p.weight.n_out)
-            qmatmul.matmul(h, p.weight, out, p.bias)
+            self._matmul(h, p.weight, out, p.bias, fresh=not quantized)
+            quantized = quantized or isinstance(p.weight, mmvq.PackedWeight)
             col = 0
             for role, rows in zip(p.roles, p.rows, strict=True):
                 views[role] = out[:, col : col + rows]
@@ -272,11 +314,11 @@ class NativeBackend:
         c, x, h = self.config, self.x[:n], self.h[:n]
         weight, bias = self.weights[f"{name}.weight"], self.vectors.get(f"{name}.bias")
         if not c.post_norms:
-            qmatmul.matmul(src, weight, x, bias, accumulate=True)  # the residual add fused into the GEMV
+            self._matmul(src, weight, x, bias, accumulate=True)  # the residual add fused into the GEMV
             ops.rms_norm(x, self.vectors[next_norm], h, c.rms_eps)
             return
         o = self.o[:n]
-        qmatmul.matmul(src, weight, o, bias)
+        self._matmul(src, weight, o, bias)
         ops.rms_norm_add_rms_norm(o, self.vectors[post_norm], x, self.vectors[next_norm], h, c.rms_eps)
 
     def _forward(self, n: int, logits: bool) -> None:
@@ -336,7 +378,7 @@ class NativeBackend:
             next_norm = "output_norm.weight" if last else f"blk.{il + 1}.attn_norm.weight"
             self._sublayer_out(gate, f"{p}.ffn_down", f"{p}.post_ffw_norm.weight", next_norm, n)
         if logits:
-            qmatmul.matmul(h, self.output, self.logits[:n])
+            self._matmul(h, self.output, self.logits[:n])
             ops.argmax(self.logits[:n], self.best[:n], self.workspace)
 
     def _run(self, tokens: list[int], start: int, logits: bool) -> None:
@@ -404,50 +446,10 @@ class NativeBackend:
         return self._decode(tokens, logits_from, fetch)
 
     def profile(self, width: int = 1, repeats: int = 20) -> dict[str, Any]:
-        """Where a pass of `width` tokens spends its time: device time per kernel (eager launches, timed
-        by events), the sum of those, a graph replay of the same pass, and an eager pass's wall time
-        (host-bound: the Python cost of each launch). The cache must hold a prefix; nothing is kept."""
-        import time
+        """Where a pass of `width` tokens spends its time (native_profile.pass_profile)."""
+        from app.engine.backends.native_profile import pass_profile
 
-        cupy = _cupy()
-        n_keep = len(self.kv_tokens)
-        tokens = (self.kv_tokens or [0])[-width:] * (width // max(len(self.kv_tokens), 1) + 1)
-        tokens = tokens[:width]
-        self.decode_argmax(tokens, 0)  # records the graph of this width
-        self.rollback(n_keep)
-        with self.stream:
-            with runtime.LaunchProfile() as prof:
-                self._forward(width, True)
-            self.stream.synchronize()
-            kernel_ms = prof.by_kernel()
-            t0 = time.perf_counter()
-            for _ in range(repeats):
-                self._forward(width, True)
-            self.stream.synchronize()
-            eager_ms = (time.perf_counter() - t0) * 1e3 / repeats
-            graph = self._graphs.get((width, True))
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            for _ in range(repeats):
-                if graph is not None:
-                    graph.launch(self.stream)
-                else:
-                    self._forward(width, True)
-            end.record()
-            end.synchronize()
-            replay_ms = cupy.cuda.get_elapsed_time(start, end) / repeats
-        total = sum(ms for _, ms in kernel_ms.values())
-        return {
-            "width": width,
-            "kernels": {
-                k: {"launches": c, "ms": round(ms, 4)}
-                for k, (c, ms) in sorted(kernel_ms.items(), key=lambda i: -i[1][1])
-            },
-            "kernel_ms": round(total, 4),
-            "launches": sum(c for c, _ in kernel_ms.values()),
-            "graph_replay_ms": round(replay_ms, 4),
-            "eager_ms": round(eager_ms, 4),
-        }
+        return pass_profile(self, width, repeats)
 
     def rollback(self, n_keep: int) -> None:
         # Attention reads no cached row past a query's own position, so later passes store over the rest.
@@ -460,7 +462,7 @@ class NativeBackend:
     def close(self) -> None:
         self._graphs.clear()
         buffers = ("logits", "best", "topk_val", "topk_idx", "ids", "pos", "x", "h", "o", "q", "proj", "attn")
-        buffers = (*buffers, "gate", "layers")
+        buffers = (*buffers, "gate", "layers", "_qx")
         for name in ("weights", "vectors", "output", "tensors", "cache", "workspace", *buffers):
             if hasattr(self, name):
                 delattr(self, name)

@@ -41,6 +41,11 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "FS_GET_ROWS_THREADS": 128,
     # Weights decoded at a time (quant.cuh): a row's length must be a multiple of it.
     "FS_PIECE": 16,
+    # Int8-activation GEMV (mmvq.cu): lanes that share one output row (a warp holds warp / this rows at a
+    # time), most warps of a block (they split a row's length), threads of an activation-quantising block.
+    "FS_MMVQ_LANES": 8,
+    "FS_MMVQ_MAX_WARPS": 4,
+    "FS_QUANT_THREADS": 128,
     # Attention (attention.cuh): threads of a block, most context splits of a launch, threads of a combine
     # block, floats of a tile (query vectors per block and keys per tile are this / head_dim).
     "FS_ATTN_THREADS": 128,
