@@ -2,7 +2,7 @@
 reference, a verify pass against single steps, greedy decode speed, verify cost by width, GB/s, a sampled
 step with the row of logits or the device's top-k, and where a pass spends its time. One JSON per model.
 
-  python scripts/native-probe.py MODEL.gguf [MODEL.gguf ...] [--reference] [--tokens 128]
+  python scripts/native-probe.py MODEL.gguf [MODEL.gguf ...] [--reference] [--tokens 128] [--gemv fast]
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from app.engine.kernels.reference import ReferenceModel
 from app.engine.sampling import Candidates, Sampler, SamplingParams
 
 
-def probe(path: Path, n_tokens: int, reference: bool, bandwidth: float | None) -> dict:
+def probe(path: Path, n_tokens: int, reference: bool, bandwidth: float | None, gemv: str | None) -> dict:
     out: dict = {"model": path.name}
     t0 = time.perf_counter()
-    backend = NativeBackend(path, n_ctx=2048, tokenizer=False)
+    backend = NativeBackend(path, n_ctx=2048, tokenizer=False, gemv=gemv)
+    out["gemv"] = backend.gemv
     out["load_s"] = round(time.perf_counter() - t0, 2)
     vocab = backend.n_vocab
     ids = [2, *np.random.default_rng(0).integers(100, min(vocab, 20000), 47).tolist()]
@@ -107,10 +108,13 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reference", action="store_true", help="also compare logits with reference.py")
     ap.add_argument("--bandwidth", type=float, default=None, help="GB/s of the GPU (default: its own)")
+    ap.add_argument(
+        "--gemv", choices=("reference", "fast"), default=None, help="GEMV kernels (default: the setting's)"
+    )
     a = ap.parse_args()
     for path in a.models:
         try:
-            print(json.dumps(probe(path, a.tokens, a.reference, a.bandwidth)), flush=True)
+            print(json.dumps(probe(path, a.tokens, a.reference, a.bandwidth, a.gemv)), flush=True)
         except Exception as exc:  # one model's failure still lets the others report
             print(json.dumps({"model": path.name, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
 
