@@ -8,12 +8,14 @@
     python3 scripts/llama_build.py rpc-server --python .venv/bin/python   only the RPC worker binary
 
 It looks at the machine (NVIDIA GPU and CUDA toolkit with cuBLAS, AMD GPU and ROCm, Vulkan headers and
-glslc), picks CUDA, HIP, Vulkan or CPU, and says which and why. Every build is portable across CPUs
-(`GGML_BACKEND_DL` with all CPU variants, chosen at run time) and carries ggml-rpc, so the same wheel
-serves `make`, the installer and the tests. pip caches wheels by name and version, not by CMAKE_ARGS,
-so wheels are built into a folder keyed by the flags and installed from there: a CPU wheel is never
-reused for a GPU build. The choice is recorded in the environment (`foresight-llama-build.json` under
-its prefix), so an unchanged choice installs nothing and a changed one rebuilds.
+glslc), picks CUDA, HIP, Vulkan or CPU, and says which and why. Every build carries ggml-rpc. CPU and
+Vulkan builds are portable across CPUs (`GGML_BACKEND_DL` with all CPU variants, chosen at run time), so
+the same wheel serves `make`, the installer and the tests; CUDA and HIP builds are for this machine's
+own CPU and GPU, with the GPU backend linked in (see LINKED_ARGS). pip caches wheels by name and
+version, not by CMAKE_ARGS, so wheels are built into a folder keyed by the flags and installed from
+there: a CPU wheel is never reused for a GPU build. The choice is recorded in the environment
+(`foresight-llama-build.json` under its prefix), so an unchanged choice installs nothing and a changed
+one rebuilds.
 
 The `rpc-server` binary (the worker of another machine, `python -m app rpc-worker`) is a second CMake
 build of the same vendored source: only `tools/rpc/rpc-server.cpp`, compiled against the headers and
@@ -54,6 +56,11 @@ MIN_ROCM = (6, 1)  # the vendored llama.cpp refuses older ROCm
 # Every build: CPU variants picked at run time (no -march=native, so a bundle runs on any x86-64 CPU),
 # backends as loadable libraries, and ggml-rpc for remote devices.
 BASE_ARGS = ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_RPC=ON")
+# CUDA and HIP wheels are from-source builds for this machine: one CPU backend for its own CPU and the GPU
+# backend linked in. A CUDA wheel with GGML_BACKEND_DL and all CPU variants segfaulted in
+# llama_model_load_from_file on the H200 test machine (CUDA 13.0, driver 580; with the CPU device too
+# and with only the x64 variant present); the same flags without those two, built there before, load.
+LINKED_ARGS = ("-DGGML_RPC=ON",)
 # VK_EXT_layer_settings (vk::LayerSettingEXT) came with Vulkan headers 1.3.272; Debian 12 has 1.3.239.
 VK_LAYER_SETTINGS_HEADER = 272
 # CuPy for our kernels with NVRTC and the CUDA runtime from pip, so they need only the driver (CuPy's own
@@ -132,7 +139,7 @@ def decide(m: Machine) -> Choice:
         if m.nvcc and m.cublas:
             ccs = ", ".join(m.nvidia_ccs)
             why = f"NVIDIA GPU (compute capability {ccs}), CUDA {m.cuda_version} with cuBLAS"
-            args = [*base, "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"]
+            args = [*LINKED_ARGS, "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"]
             return Choice("cuda", args, why, missing, [], cupy)
         if not m.nvcc:
             missing.append("the CUDA toolkit (nvcc) for a CUDA build")
@@ -147,7 +154,7 @@ def decide(m: Machine) -> Choice:
         if rocm and rocm[:2] >= MIN_ROCM:
             targets = ";".join(sorted(set(m.amd_gfx)))
             rocm_cupy = "" if m.cupy else CUPY_FOR_ROCM.get(rocm[0], "")
-            args = [*base, "-DGGML_HIP=ON", f"-DAMDGPU_TARGETS={targets}"]
+            args = [*LINKED_ARGS, "-DGGML_HIP=ON", f"-DAMDGPU_TARGETS={targets}"]
             return Choice("hip", args, f"AMD GPU ({targets}), ROCm {m.rocm_version}", missing, [], rocm_cupy)
         if rocm:
             missing.append(f"ROCm 6.1 or newer for a HIP build (found {m.rocm_version})")

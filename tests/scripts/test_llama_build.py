@@ -27,6 +27,10 @@ def test_nvidia_with_a_full_toolkit_builds_cuda_for_its_own_arch_only() -> None:
     assert choice.backend == "cuda"
     assert "-DGGML_CUDA=ON" in choice.cmake_args
     assert "-DCMAKE_CUDA_ARCHITECTURES=90" in choice.cmake_args
+    # the CUDA backend linked in, for this machine's CPU: a loadable-backends CUDA wheel segfaulted at model
+    # load on the H200 test machine
+    assert "-DGGML_BACKEND_DL=ON" not in choice.cmake_args
+    assert "-DGGML_RPC=ON" in choice.cmake_args
     assert "9.0" in choice.reason
     assert "cuBLAS" in choice.reason
     assert choice.cupy == "cupy-cuda13x>=14 cuda-toolkit[nvrtc,cudart]==13.*"  # for the driver's CUDA
@@ -71,6 +75,7 @@ def test_amd_with_new_rocm_builds_hip_for_its_gfx_target() -> None:
     assert choice.backend == "hip"
     assert "-DGGML_HIP=ON" in choice.cmake_args
     assert "-DAMDGPU_TARGETS=gfx1100" in choice.cmake_args
+    assert "-DGGML_BACKEND_DL=ON" not in choice.cmake_args
 
 
 def test_amd_with_old_rocm_falls_to_vulkan_or_cpu_and_says_why() -> None:
@@ -89,6 +94,7 @@ def test_vulkan_only_patches_old_headers() -> None:
                                   spirv_headers=True))  # fmt: skip
     assert choice.backend == "vulkan"
     assert "-DGGML_VULKAN=ON" in choice.cmake_args
+    assert "-DGGML_BACKEND_DL=ON" in choice.cmake_args  # the installer's portable runtime
     assert choice.patches == ["vulkan-layer-settings"]
     no_spirv = lb.decide(lb.Machine(vulkan_headers=True, vk_header_version=239, glslc="/usr/bin/glslc"))
     assert no_spirv.backend == "cpu"
