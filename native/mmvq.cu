@@ -13,6 +13,7 @@
 // The order depends on NW only, never on the rows of x (B) or the rows per group (R): a row of y is the
 // same, bit for bit, for any batch, so a verify pass agrees with decoding exactly. The host picks NW from
 // the weight's shape alone.
+#include "q8.cuh"
 #include "qdot.cuh"
 
 // From app/engine/kernels/runtime.py's KERNEL_CONSTANTS, as -D defines (the launches read the same table).
@@ -28,57 +29,17 @@
 #define FS_MMVQ_GROUPS (FS_WARP / FS_MMVQ_LANES)
 static_assert(FS_MMVQ_LANES == 8, "a group sums its lanes with the butterfly of 4, 2, 1");
 static_assert(FS_WARP % FS_MMVQ_LANES == 0, "a warp is whole lane groups");
+static_assert(FS_QUANT_THREADS % 32 == 0, "a quantising block is whole blocks of 32 elements");
 
-// x [rows, n_in] -> xq [rows, n_in] int8, xd [rows, n_in / 32], xs [rows, n_in / 16]: per block of 32,
-// dx = amax / 127 and xq = rint(x * (127 / amax)) (so |x - dx xq| <= dx / 2 but for float rounding), xs
-// = dx * (sum of each 16 codes). A block with a NaN or an infinity gets dx = xs = NaN and codes 0, so the
-// products it enters are NaN, as they are in float. One thread per block of 32. grid = ceil(rows * n_in /
-// 32 / FS_QUANT_THREADS), block = FS_QUANT_THREADS.
+// x [rows, n_in] -> xq, xd, xs (q8.cuh) for the kernels whose input no fused producer quantises (norm.cu
+// and activation.cu write them beside their float output). One thread per element, 32 to a block of x.
+// grid = ceil(rows * n_in / FS_QUANT_THREADS), block = FS_QUANT_THREADS.
 extern "C" __global__ void __launch_bounds__(FS_QUANT_THREADS)
     fs_quantize_q8(const float* __restrict__ x, int rows, int n_in, i8* __restrict__ xq, float* __restrict__ xd,
                    float* __restrict__ xs) {
-    const int nblk = n_in / 32;
-    const long long t = (long long)blockIdx.x * FS_QUANT_THREADS + threadIdx.x;
-    if (t >= (long long)rows * nblk) return;
-    const float4* src = (const float4*)(x + t * 32);
-    float v[32];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float4 f = src[i];
-        v[4 * i] = f.x;
-        v[4 * i + 1] = f.y;
-        v[4 * i + 2] = f.z;
-        v[4 * i + 3] = f.w;
-    }
-    float amax = 0.0f;
-    bool finite = true;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        const float a = fabsf(v[i]);
-        finite = finite && a <= 3.40282346638528859812e+38f;  // false for NaN and +-inf
-        amax = fmaxf(amax, a);
-    }
-    const float d = finite ? __fdiv_rn(amax, 127.0f) : __int_as_float(0x7fc00000);
-    const float id = finite && amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    u32 words[8];
-    int sums[2] = {0, 0};
-#pragma unroll
-    for (int w = 0; w < 8; ++w) {
-        u32 word = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int q = finite ? min(127, max(-127, __float2int_rn(__fmul_rn(v[4 * w + e], id)))) : 0;
-            sums[w >> 2] += q;
-            word |= (u32)(q & 0xFF) << (8 * e);
-        }
-        words[w] = word;
-    }
-    uint4* dst = (uint4*)(xq + t * 32);
-    dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
-    dst[1] = make_uint4(words[4], words[5], words[6], words[7]);
-    xd[t] = d;
-    xs[2 * t] = __fmul_rn(d, (float)sums[0]);
-    xs[2 * t + 1] = __fmul_rn(d, (float)sums[1]);
+    const i64 t = (i64)blockIdx.x * FS_QUANT_THREADS + threadIdx.x;
+    if (t >= (i64)rows * n_in) return;  // whole blocks of 32 leave together: n_in % 32 == 0
+    fs_q8_element(x[t], t, xq, xd, xs);
 }
 
 // One chunk (index k of the row) of every row of the lane and every row of x.

@@ -5,7 +5,10 @@
 //
 // One block per row; blockDim.x a multiple of 64 (whole warps on CUDA and HIP). Every thread reads and writes
 // only its own elements, so out may be x (in place) and, in the fused kernel, out may be x or residual.
+// The _q8 entry points also write out quantised for mmvq.cu (q8.cuh), one launch fewer before its GEMVs:
+// d % 32 == 0, so each 32 consecutive lanes of a pass over the row hold one block of 32.
 #include "compat.cuh"
+#include "q8.cuh"
 
 // 1 / sqrt(mean(row^2) + eps) from each thread's share of the sum of squares (every norm kernel sums its
 // thread's elements i, i + blockDim.x, ... in order, then over the block in a fixed order).
@@ -27,6 +30,16 @@ __device__ __forceinline__ void fs_scale_row(const float* row, float inv, const 
     for (i32 i = threadIdx.x; i < d; i += blockDim.x) out[i] = row[i] * inv * weight[i];
 }
 
+// fs_scale_row, its output quantised into the row's xq [d], xd [d / 32], xs [d / 16] too.
+__device__ __forceinline__ void fs_scale_row_q8(const float* row, float inv, const float* __restrict__ weight,
+                                                float* out, i32 d, i8* xq, float* xd, float* xs) {
+    for (i32 i = threadIdx.x; i < d; i += blockDim.x) {
+        const float v = row[i] * inv * weight[i];
+        out[i] = v;
+        fs_q8_element(v, i, xq, xd, xs);
+    }
+}
+
 // x, out: [rows, d]; weight: [d]. grid (rows), block (64 .. 1024).
 extern "C" __global__ void rms_norm_f32(const float* x, const float* __restrict__ weight, float* out, i32 d,
                                         float eps) {
@@ -34,6 +47,15 @@ extern "C" __global__ void rms_norm_f32(const float* x, const float* __restrict_
     const i64 base = (i64)blockIdx.x * d;
     const float inv = fs_rms_inv(fs_sum_squares(x + base, d), d, eps, scratch);
     fs_scale_row(x + base, inv, weight, out + base, d);
+}
+
+// rms_norm_f32, out also quantised: xq [rows, d], xd [rows, d / 32], xs [rows, d / 16].
+extern "C" __global__ void rms_norm_q8_f32(const float* x, const float* __restrict__ weight, float* out, i32 d,
+                                           float eps, i8* xq, float* xd, float* xs) {
+    __shared__ float scratch[32];
+    const i64 base = (i64)blockIdx.x * d;
+    const float inv = fs_rms_inv(fs_sum_squares(x + base, d), d, eps, scratch);
+    fs_scale_row_q8(x + base, inv, weight, out + base, d, xq + base, xd + base / 32, xs + base / 16);
 }
 
 // residual += x; out = rms_norm(residual) * weight. x, residual, out: [rows, d]. grid (rows), block (64 .. 1024).
@@ -54,9 +76,11 @@ extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, con
 // then out = rms_norm(residual) * w_next (the next sublayer's input norm). The same operations in the same
 // order as rms_norm_f32, add_f32, rms_norm_f32 with the same block size: bit for bit their result.
 // x, residual, out: [rows, d]; w_post, w_next: [d]. grid (rows), block (64 .. 1024).
-extern "C" __global__ void rms_norm_add_rms_norm_f32(const float* x, const float* __restrict__ w_post,
-                                                     float* residual, const float* __restrict__ w_next,
-                                                     float* out, i32 d, float eps) {
+template <bool Q8>
+__device__ __forceinline__ void fs_rms_norm_add_rms_norm(const float* x, const float* __restrict__ w_post,
+                                                         float* residual, const float* __restrict__ w_next,
+                                                         float* out, i32 d, float eps, i8* xq, float* xd,
+                                                         float* xs) {
 #if FS_HIP
 #pragma clang fp contract(off)
 #endif
@@ -70,5 +94,23 @@ extern "C" __global__ void rms_norm_add_rms_norm_f32(const float* x, const float
         residual[base + i] = v;
         ss2 = fmaf(v, v, ss2);
     }
-    fs_scale_row(residual + base, fs_rms_inv(ss2, d, eps, scratch), w_next, out + base, d);
+    const float inv = fs_rms_inv(ss2, d, eps, scratch);
+    if constexpr (Q8)
+        fs_scale_row_q8(residual + base, inv, w_next, out + base, d, xq + base, xd + base / 32, xs + base / 16);
+    else
+        fs_scale_row(residual + base, inv, w_next, out + base, d);
+}
+
+extern "C" __global__ void rms_norm_add_rms_norm_f32(const float* x, const float* __restrict__ w_post,
+                                                     float* residual, const float* __restrict__ w_next,
+                                                     float* out, i32 d, float eps) {
+    fs_rms_norm_add_rms_norm<false>(x, w_post, residual, w_next, out, d, eps, nullptr, nullptr, nullptr);
+}
+
+// rms_norm_add_rms_norm_f32, out also quantised: xq [rows, d], xd [rows, d / 32], xs [rows, d / 16].
+extern "C" __global__ void rms_norm_add_rms_norm_q8_f32(const float* x, const float* __restrict__ w_post,
+                                                        float* residual, const float* __restrict__ w_next,
+                                                        float* out, i32 d, float eps, i8* xq, float* xd,
+                                                        float* xs) {
+    fs_rms_norm_add_rms_norm<true>(x, w_post, residual, w_next, out, d, eps, xq, xd, xs);
 }

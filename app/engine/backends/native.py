@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 from app.catalog import gguf
 from app.config import EngineSettings
 from app.engine.backends.base import ModelFacts, VocabInfo, plan_decode, read_model_header
+from app.engine.backends.native_weights import ATTN_IN, DeviceWeights, Matrix, Projection
 from app.engine.errors import DecodeError, ModelLoadError
 from app.engine.kernels import mmvq, ops, qmatmul
 from app.engine.kernels.reference import ModelConfig
@@ -33,21 +33,7 @@ from app.engine.kernels.weights import ModelWeights
 
 log = logging.getLogger("foresight.native")
 
-_ATTN_IN = ("attn_q", "attn_k", "attn_v")
-_FFN_IN = ("ffn_gate", "ffn_up")
 GEMV_KERNELS = ("reference", "fast")  # EngineSettings.native_gemv
-Matrix = qmatmul.DeviceWeight | mmvq.PackedWeight  # a GEMV weight: GGUF blocks (gemv.cu), packed (mmvq.cu)
-
-
-@dataclass(frozen=True)
-class _Projection:
-    """One GEMV of a layer: a matrix that holds the projections `roles` (`rows` each), rows stacked."""
-
-    weight: Matrix
-    bias: Any
-    roles: tuple[str, ...]
-    rows: tuple[int, ...]
-
 
 # Widest pass: a verify of 16 drafts is 17 tokens (the widths the kernels are tested at); prompts go
 # through in passes of this many tokens.
@@ -147,7 +133,9 @@ class NativeBackend:
         self.kv_tokens: list[int] = []
         self._graphs: dict[tuple[int, bool], Any] = {}
         try:
-            self._upload()
+            uploaded = DeviceWeights(self.tensors, self.header, c, self.gemv)
+            self.weights, self.vectors, self.layers = uploaded.matrices, uploaded.vectors, uploaded.layers
+            self.output, self.weights_bytes = uploaded.output, uploaded.nbytes
             self._allocate()
             # One pass now: the kernels compile here (NVRTC), so a compiler that fails is a load error
             # (and `auto` can still take llama.cpp), not the first request's.
@@ -182,72 +170,6 @@ class NativeBackend:
         )
 
     # --- load ------------------------------------------------------------------------------------------
-    def _upload(self) -> None:
-        cupy = _cupy()
-        c = self.config
-        self.weights: dict[str, Matrix] = {}
-        self.vectors: dict[str, Any] = {}
-        types = {t.name: t.type_id for t in self.header.tensors}
-        projections = {f"blk.{il}.{role}" for il in range(c.n_layer) for role in (*_ATTN_IN, *_FFN_IN)}
-        for t in self.header.tensors:
-            if t.name.removesuffix(".weight").removesuffix(".bias") in projections:
-                continue  # uploaded below, fused where they can be
-            raw, ggml_type, shape = self.tensors.raw(t.name)
-            if t.name == "token_embd.weight":  # get_rows reads GGUF blocks
-                self.weights[t.name] = qmatmul.DeviceWeight(raw, ggml_type, (shape[0], shape[1]), t.name)
-            elif len(shape) == 2:
-                self.weights[t.name] = self._matrix(raw, ggml_type, (shape[0], shape[1]), t.name)
-            else:
-                self.vectors[t.name] = cupy.asarray(self.tensors.weight(t.name), dtype=cupy.float32)
-        self.layers = [
-            (self._projections(il, _ATTN_IN, types), self._projections(il, _FFN_IN, types))
-            for il in range(c.n_layer)
-        ]
-        self.output = self.weights["token_embd.weight" if c.tied_output else "output.weight"]
-        if c.tied_output and self.gemv == "fast" and mmvq.supported(self.output.ggml_type):
-            # the embedding once more, packed for the output GEMV (get_rows reads the GGUF blocks)
-            raw, ggml_type, shape = self.tensors.raw("token_embd.weight")
-            self.output = self.weights["output"] = mmvq.PackedWeight(raw, ggml_type, shape, "output")
-        self.weights_bytes = sum(w.nbytes for w in self.weights.values()) + sum(
-            int(v.nbytes) for v in self.vectors.values()
-        )
-
-    def _matrix(self, raw: Any, ggml_type: int, shape: tuple[int, int], name: str) -> Matrix:
-        """A weight that GEMVs read: packed for mmvq.cu with gemv="fast" where its type allows."""
-        if self.gemv == "fast" and mmvq.supported(ggml_type):
-            return mmvq.PackedWeight(raw, ggml_type, shape, name)
-        return qmatmul.DeviceWeight(raw, ggml_type, shape, name)
-
-    def _projections(self, il: int, roles: tuple[str, ...], types: dict[str, int]) -> list[_Projection]:
-        """The projections of one input (q, k, v; or gate, up) as few matrices as their weight types allow:
-        a run of roles of one type becomes one matrix, its rows one after the other, read by one GEMV."""
-        runs: list[list[str]] = []
-        for role in roles:
-            if runs and types[f"blk.{il}.{runs[-1][-1]}.weight"] == types[f"blk.{il}.{role}.weight"]:
-                runs[-1].append(role)
-            else:
-                runs.append([role])
-        out = []
-        for run in runs:
-            names = [f"blk.{il}.{role}" for role in run]
-            raws = [self.tensors.raw(f"{name}.weight") for name in names]
-            blocks = np.concatenate([np.asarray(r[0]) for r in raws]) if len(raws) > 1 else raws[0][0]
-            rows = [shape[0] for _, _, shape in raws]
-            label = "+".join(names)
-            weight = self._matrix(blocks, raws[0][1], (sum(rows), raws[0][2][1]), label)
-            self.weights[label] = weight
-            bias = None
-            if any(f"{name}.bias" in types for name in names):
-                parts = [
-                    self.tensors.weight(f"{name}.bias")
-                    if f"{name}.bias" in types
-                    else np.zeros(r, np.float32)
-                    for name, r in zip(names, rows, strict=True)
-                ]
-                bias = self.vectors[f"{label}.bias"] = _cupy().asarray(np.concatenate(parts), np.float32)
-            out.append(_Projection(weight, bias, tuple(run), tuple(rows)))
-        return out
-
     def _allocate(self) -> None:
         cupy = _cupy()
         c, w = self.config, self.max_width
@@ -260,7 +182,7 @@ class NativeBackend:
         self.q = cupy.zeros((w, c.n_head * c.head_dim), dtype=f32)
         # A layer's projections write one buffer per matrix (at most three: q, k, v of three types).
         proj_width = max(c.n_head * c.head_dim + 2 * c.n_head_kv * c.head_dim, 2 * c.n_ff)
-        self.proj = [cupy.zeros(w * proj_width, dtype=f32) for _ in range(len(_ATTN_IN))]
+        self.proj = [cupy.zeros(w * proj_width, dtype=f32) for _ in range(len(ATTN_IN))]
         self.attn = cupy.zeros((w, c.n_head * c.head_dim), dtype=f32)
         self.gate = cupy.zeros((w, c.n_ff), dtype=f32)
         self.logits = cupy.zeros((w, c.n_vocab), dtype=f32)
@@ -272,54 +194,60 @@ class NativeBackend:
         self.topk_idx = cupy.zeros(w * self.device_topk_max, dtype=cupy.int32)
         self._host_in = np.zeros(2 * w, dtype=np.int32)
         self._arange = np.arange(w, dtype=np.int32)
-        # Rows of activations quantised for mmvq.cu, one buffer per input width its weights take.
-        widths = {m.n_in for m in self.weights.values() if isinstance(m, mmvq.PackedWeight)}
-        self._qx = {n_in: mmvq.QuantizedRows(w, n_in) for n_in in sorted(widths)}
+
+        # The GEMV inputs quantised for mmvq.cu: h (by the norms that write it), the attention output (a
+        # launch of its own) and the gated activation (by the kernel that writes it).
+        def quantized(width: int) -> mmvq.QuantizedRows | None:
+            return mmvq.QuantizedRows(w, width) if self.gemv == "fast" and width % mmvq.X_BLOCK == 0 else None
+
+        self._qh, self._qattn, self._qgate = (quantized(k) for k in (c.n_embd, c.n_head * c.head_dim, c.n_ff))
         self.stream = cupy.cuda.Stream(non_blocking=True)
         # The uploads and zero fills above ran on the default stream; ours does not wait for it.
         cupy.cuda.Device().synchronize()
 
     # --- the forward pass ------------------------------------------------------------------------------
     def _matmul(
-        self, x: Any, weight: Matrix, out: Any, bias: Any = None, accumulate: bool = False, fresh: bool = True
+        self, x: Any, weight: Matrix, out: Any, bias: Any, accumulate: bool, qx: Any, done: bool
     ) -> None:
-        """out (+)= x . W^T (+ bias) by the weight's kernel; fresh=False: x is the input the last mmvq launch
-        of this width quantised (the projections of one input share it)."""
+        """out (+)= x . W^T (+ bias) by the weight's kernel: mmvq.cu reads x as qx holds it, quantised by
+        the kernel that wrote x (done) or here."""
         if isinstance(weight, mmvq.PackedWeight):
-            qx = self._qx[weight.n_in]
-            if fresh:
+            if not done:
                 mmvq.quantize(x, qx)
             mmvq.matmul(qx, weight, out, bias, accumulate)
         else:
             qmatmul.matmul(x, weight, out, bias, accumulate)
 
-    def _project(self, h: Any, projections: list[_Projection]) -> dict[str, Any]:
-        """Run a layer's projections of h; role -> its [n, rows] view of the output buffers."""
+    def _project(self, h: Any, projections: list[Projection]) -> dict[str, Any]:
+        """Run a layer's projections of h (quantised by the norm that wrote it); role -> its [n, rows] view of
+        the output buffers."""
         n = h.shape[0]
         views = {}
-        quantized = False
         for buffer, p in zip(self.proj, projections, strict=False):
             out = buffer[: n * p.weight.n_out].reshape(n, p.weight.n_out)
-            self._matmul(h, p.weight, out, p.bias, fresh=not quantized)
-            quantized = quantized or isinstance(p.weight, mmvq.PackedWeight)
+            self._matmul(h, p.weight, out, p.bias, False, self._qh, True)
             col = 0
             for role, rows in zip(p.roles, p.rows, strict=True):
                 views[role] = out[:, col : col + rows]
                 col += rows
         return views
 
-    def _sublayer_out(self, src: Any, name: str, post_norm: str, next_norm: str, n: int) -> None:
-        """x += a sublayer's output projection of src, then h = the next sublayer's input norm of x.
-        Gemma norms the projection first (post_norm): one launch does that norm, the add and the next."""
+    def _sublayer_out(
+        self, src: Any, name: str, post_norm: str, next_norm: str, n: int, q_src: Any, src_done: bool
+    ) -> None:
+        """x += a sublayer's output projection of src (quantised in q_src), then h = the next sublayer's
+        input norm of x. Gemma norms the projection first (post_norm): one launch does that norm, the add
+        and the next."""
         c, x, h = self.config, self.x[:n], self.h[:n]
         weight, bias = self.weights[f"{name}.weight"], self.vectors.get(f"{name}.bias")
-        if not c.post_norms:
-            self._matmul(src, weight, x, bias, accumulate=True)  # the residual add fused into the GEMV
-            ops.rms_norm(x, self.vectors[next_norm], h, c.rms_eps)
+        if not c.post_norms:  # the residual add fused into the GEMV
+            self._matmul(src, weight, x, bias, True, q_src, src_done)
+            ops.rms_norm(x, self.vectors[next_norm], h, c.rms_eps, q8=self._qh)
             return
         o = self.o[:n]
-        self._matmul(src, weight, o, bias)
-        ops.rms_norm_add_rms_norm(o, self.vectors[post_norm], x, self.vectors[next_norm], h, c.rms_eps)
+        self._matmul(src, weight, o, bias, False, q_src, src_done)
+        w_post, w_next = self.vectors[post_norm], self.vectors[next_norm]
+        ops.rms_norm_add_rms_norm(o, w_post, x, w_next, h, c.rms_eps, q8=self._qh)
 
     def _forward(self, n: int, logits: bool) -> None:
         """One pass over ids[:n] at positions pos[:n]: KV stored, then logits (or nothing) for every row."""
@@ -334,7 +262,7 @@ class NativeBackend:
         qmatmul.get_rows(self.weights["token_embd.weight"], ids, x)
         if c.embed_scale != 1.0:
             ops.scale(x, c.embed_scale, x)
-        ops.rms_norm(x, vec["blk.0.attn_norm.weight"], h, c.rms_eps)
+        ops.rms_norm(x, vec["blk.0.attn_norm.weight"], h, c.rms_eps, q8=self._qh)
         for il, (attn_in, ffn_in) in enumerate(self.layers):
             p = f"blk.{il}"
             qkv = self._project(h, attn_in)
@@ -370,15 +298,17 @@ class NativeBackend:
                 window,
             )
             post, ffn_norm = f"{p}.post_attention_norm.weight", f"{p}.ffn_norm.weight"
-            self._sublayer_out(attn, f"{p}.attn_output", post, ffn_norm, n)
+            self._sublayer_out(attn, f"{p}.attn_output", post, ffn_norm, n, self._qattn, False)
             ffn = self._project(h, ffn_in)
             act = ops.gelu_tanh_gate if c.gelu else ops.silu_gate
-            act(ffn["ffn_gate"], ffn["ffn_up"], gate)
+            act(ffn["ffn_gate"], ffn["ffn_up"], gate, q8=self._qgate)
             last = il + 1 == c.n_layer
             next_norm = "output_norm.weight" if last else f"blk.{il + 1}.attn_norm.weight"
-            self._sublayer_out(gate, f"{p}.ffn_down", f"{p}.post_ffw_norm.weight", next_norm, n)
+            self._sublayer_out(
+                gate, f"{p}.ffn_down", f"{p}.post_ffw_norm.weight", next_norm, n, self._qgate, True
+            )
         if logits:
-            self._matmul(h, self.output, self.logits[:n])
+            self._matmul(h, self.output, self.logits[:n], None, False, self._qh, True)
             ops.argmax(self.logits[:n], self.best[:n], self.workspace)
 
     def _run(self, tokens: list[int], start: int, logits: bool) -> None:
@@ -462,7 +392,7 @@ class NativeBackend:
     def close(self) -> None:
         self._graphs.clear()
         buffers = ("logits", "best", "topk_val", "topk_idx", "ids", "pos", "x", "h", "o", "q", "proj", "attn")
-        buffers = (*buffers, "gate", "layers", "_qx")
+        buffers = (*buffers, "gate", "layers", "_qh", "_qattn", "_qgate")
         for name in ("weights", "vectors", "output", "tensors", "cache", "workspace", *buffers):
             if hasattr(self, name):
                 delattr(self, name)

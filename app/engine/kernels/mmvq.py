@@ -207,11 +207,11 @@ def quantize(x: Any, qx: QuantizedRows) -> None:
     n = int(x.shape[0])
     if not 1 <= n <= qx.rows:
         raise KernelError(f"x: {n} rows, the buffer holds 1..{qx.rows}")
-    blocks = n * qx.n_in // X_BLOCK
+    elements = n * qx.n_in  # a thread each
     launch(
         "mmvq",
         "fs_quantize_q8",
-        (-(-blocks // QUANT_THREADS),),
+        (-(-elements // QUANT_THREADS),),
         (QUANT_THREADS,),
         (x, np.int32(n), np.int32(qx.n_in), qx.xq, qx.xd, qx.xs),
     )

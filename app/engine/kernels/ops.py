@@ -1,5 +1,7 @@
 """Host side of the norm, RoPE, attention, element-wise and argmax kernels: checked, allocation-free launches.
 
+(Over 500 lines: one checked wrapper per kernel entry point of six sources, kept together.)
+
 Every wrapper checks shapes and dtypes (`kernels.check`), then launches on the current stream: outputs and
 scratch are passed in, so a whole decode or verify step can be captured once as a CUDA graph and replayed.
 Nothing here reads a length or a position on the host: positions live in a device int32 array that the
@@ -63,6 +65,15 @@ def _norm_threads(d: int) -> int:
 
 def _attention_groups(n: int, n_head: int, n_kv: int, head_dim: int) -> int:
     return _blocks(n * (n_head // n_kv), ATTN_TILE_FLOATS // head_dim)
+
+
+def _q8_args(name: str, q8: Any, n: int, d: int) -> tuple:
+    """The quantised-output arguments of a _q8 entry point (q8: an mmvq.QuantizedRows of width d), which
+    then holds n rows."""
+    if q8.n_in != d or not 1 <= n <= q8.rows:
+        raise KernelError(f"{name}: {n} rows of {d} into quantised rows of {q8.n_in} (at most {q8.rows})")
+    q8.n = n
+    return (q8.xq, q8.xd, q8.xs)
 
 
 class KVCache:
@@ -129,13 +140,18 @@ class Workspace:
 # --- norms -------------------------------------------------------------------------------------------------
 
 
-def rms_norm(x: Any, weight: Any, out: Any, eps: float) -> None:
-    """out = x / sqrt(mean(x^2) + eps) * weight over rows of x [n, d] (out may be x)."""
+def rms_norm(x: Any, weight: Any, out: Any, eps: float, q8: Any = None) -> None:
+    """out = x / sqrt(mean(x^2) + eps) * weight over rows of x [n, d] (out may be x); q8: out quantised into
+    these QuantizedRows as well (mmvq.cu's input, in the same launch)."""
     n, d = x.shape
     check("rms_norm.x", x, (n, d), "float32")
     check("rms_norm.weight", weight, (d,), "float32")
     check("rms_norm.out", out, (n, d), "float32")
-    launch("norm", "rms_norm_f32", (n,), (_norm_threads(d),), (x, weight, out, _i32(d), _f32(eps)))
+    args = (x, weight, out, _i32(d), _f32(eps))
+    if q8 is None:
+        launch("norm", "rms_norm_f32", (n,), (_norm_threads(d),), args)
+    else:
+        launch("norm", "rms_norm_q8_f32", (n,), (_norm_threads(d),), (*args, *_q8_args("rms_norm", q8, n, d)))
 
 
 def rms_norm_heads(x: Any, weight: Any, out: Any, eps: float) -> None:
@@ -159,22 +175,23 @@ def add_rms_norm(x: Any, residual: Any, weight: Any, out: Any, eps: float) -> No
     )
 
 
-def rms_norm_add_rms_norm(x: Any, w_post: Any, residual: Any, w_next: Any, out: Any, eps: float) -> None:
+def rms_norm_add_rms_norm(
+    x: Any, w_post: Any, residual: Any, w_next: Any, out: Any, eps: float, q8: Any = None
+) -> None:
     """Gemma's sublayer boundary in one launch: residual += rms_norm(x) * w_post, then out =
-    rms_norm(residual) * w_next; all [n, d]. Bit for bit rms_norm, add, rms_norm."""
+    rms_norm(residual) * w_next; all [n, d]. Bit for bit rms_norm, add, rms_norm. q8: as rms_norm's."""
     n, d = x.shape
     check("rms_norm_add_rms_norm.x", x, (n, d), "float32")
     check("rms_norm_add_rms_norm.w_post", w_post, (d,), "float32")
     check("rms_norm_add_rms_norm.residual", residual, (n, d), "float32")
     check("rms_norm_add_rms_norm.w_next", w_next, (d,), "float32")
     check("rms_norm_add_rms_norm.out", out, (n, d), "float32")
-    launch(
-        "norm",
-        "rms_norm_add_rms_norm_f32",
-        (n,),
-        (_norm_threads(d),),
-        (x, w_post, residual, w_next, out, _i32(d), _f32(eps)),
-    )
+    args = (x, w_post, residual, w_next, out, _i32(d), _f32(eps))
+    if q8 is None:
+        launch("norm", "rms_norm_add_rms_norm_f32", (n,), (_norm_threads(d),), args)
+    else:
+        q8_args = _q8_args("rms_norm_add_rms_norm", q8, n, d)
+        launch("norm", "rms_norm_add_rms_norm_q8_f32", (n,), (_norm_threads(d),), (*args, *q8_args))
 
 
 # --- rope --------------------------------------------------------------------------------------------------
@@ -424,19 +441,16 @@ def attention(
 # --- element-wise ------------------------------------------------------------------------------------------
 
 
-def _gate(name: str, kernel: str, gate: Any, up: Any, out: Any) -> None:
+def _gate(name: str, kernel: str, gate: Any, up: Any, out: Any, q8: Any = None) -> None:
     n, ff = out.shape
     check(f"{name}.out", out, (n, ff), "float32")
     stride = _row_view(f"{name}.gate", gate, n, ff)
     if _row_view(f"{name}.up", up, n, ff) != stride:
         raise KernelError(f"{name}: gate and up rows lie {stride} and {up.strides[0] // 4} apart, not alike")
-    launch(
-        "activation",
-        kernel,
-        (_blocks(ff, ELEMENT_THREADS), n),
-        (ELEMENT_THREADS,),
-        (np.uint64(gate.data.ptr), np.uint64(up.data.ptr), out, _i32(ff), _i32(stride)),
-    )
+    args = (np.uint64(gate.data.ptr), np.uint64(up.data.ptr), out, _i32(ff), _i32(stride))
+    if q8 is not None:
+        kernel, args = kernel.replace("_f32", "_q8_f32"), (*args, *_q8_args(name, q8, n, ff))
+    launch("activation", kernel, (_blocks(ff, ELEMENT_THREADS), n), (ELEMENT_THREADS,), args)
 
 
 def _packed_halves(name: str, gate_up: Any) -> tuple[Any, Any]:
@@ -447,15 +461,16 @@ def _packed_halves(name: str, gate_up: Any) -> tuple[Any, Any]:
     return gate_up[:, : ff2 // 2], gate_up[:, ff2 // 2 :]
 
 
-def silu_gate(gate: Any, up: Any, out: Any) -> None:
+def silu_gate(gate: Any, up: Any, out: Any, q8: Any = None) -> None:
     """out = silu(gate) * up; all [n, ff] (out may be gate or up). gate and up may be column slices (rows
-    of contiguous elements) with one row stride, such as the halves of a fused gate/up projection."""
-    _gate("silu_gate", "silu_gate_f32", gate, up, out)
+    of contiguous elements) with one row stride, such as the halves of a fused gate/up projection. q8: out
+    quantised into these QuantizedRows as well (the down projection's input for mmvq.cu)."""
+    _gate("silu_gate", "silu_gate_f32", gate, up, out, q8)
 
 
-def gelu_tanh_gate(gate: Any, up: Any, out: Any) -> None:
+def gelu_tanh_gate(gate: Any, up: Any, out: Any, q8: Any = None) -> None:
     """out = gelu_tanh(gate) * up; as silu_gate."""
-    _gate("gelu_tanh_gate", "gelu_tanh_gate_f32", gate, up, out)
+    _gate("gelu_tanh_gate", "gelu_tanh_gate_f32", gate, up, out, q8)
 
 
 def silu_gate_packed(gate_up: Any, out: Any) -> None:

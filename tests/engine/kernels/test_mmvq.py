@@ -440,3 +440,58 @@ def test_mmvq_in_a_cuda_graph() -> None:
         graph.launch()
     stream.synchronize()
     np.testing.assert_array_equal(cupy.asnumpy(out), cupy.asnumpy(want))
+
+
+def _assert_quantised_as_the_port(qx: mmvq.QuantizedRows, out: np.ndarray) -> None:
+    xq, xd, xs = port.quantize_rows(out)
+    n = out.shape[0]
+    assert qx.n == n
+    np.testing.assert_array_equal(cupy.asnumpy(qx.xq[:n]), xq)
+    np.testing.assert_array_equal(cupy.asnumpy(qx.xd[:n]), xd)
+    np.testing.assert_array_equal(cupy.asnumpy(qx.xs[:n]), xs)
+
+
+@gpu_test
+@pytest.mark.parametrize("d", [640, 896, 3584, 4096])
+def test_norms_quantise_what_they_write(d: int) -> None:
+    """The _q8 norms write the plain kernels' output, bit for bit, and that output quantised as the port
+    quantises it (the launch before the projections that fs_quantize_q8 would otherwise be)."""
+    from app.engine.kernels import ops
+
+    rng = np.random.default_rng(9)
+    n = 5
+    x = cupy.asarray(rng.standard_normal((n, d), dtype=np.float32))
+    w = cupy.asarray(rng.standard_normal(d, dtype=np.float32))
+    qx = mmvq.QuantizedRows(17, d)
+    plain, fused = cupy.zeros_like(x), cupy.zeros_like(x)
+    ops.rms_norm(x, w, plain, 1e-6)
+    ops.rms_norm(x, w, fused, 1e-6, q8=qx)
+    np.testing.assert_array_equal(cupy.asnumpy(fused), cupy.asnumpy(plain))
+    _assert_quantised_as_the_port(qx, cupy.asnumpy(fused))
+    residual = cupy.asarray(rng.standard_normal((n, d), dtype=np.float32))
+    w2 = cupy.asarray(rng.standard_normal(d, dtype=np.float32))
+    res_plain, res_fused = residual.copy(), residual.copy()
+    ops.rms_norm_add_rms_norm(x, w, res_plain, w2, plain, 1e-6)
+    ops.rms_norm_add_rms_norm(x, w, res_fused, w2, fused, 1e-6, q8=qx)
+    np.testing.assert_array_equal(cupy.asnumpy(res_fused), cupy.asnumpy(res_plain))
+    np.testing.assert_array_equal(cupy.asnumpy(fused), cupy.asnumpy(plain))
+    _assert_quantised_as_the_port(qx, cupy.asnumpy(fused))
+    with pytest.raises(qmatmul.KernelError, match="quantised rows of"):
+        ops.rms_norm(x, w, fused, 1e-6, q8=mmvq.QuantizedRows(17, d + 32))
+
+
+@gpu_test
+@pytest.mark.parametrize("kernel", ["silu_gate", "gelu_tanh_gate"])
+def test_gated_activations_quantise_what_they_write(kernel: str) -> None:
+    from app.engine.kernels import ops
+
+    rng = np.random.default_rng(10)
+    n, ff = 3, 4864
+    gate_up = cupy.asarray(rng.standard_normal((n, 2 * ff), dtype=np.float32))
+    gate, up = gate_up[:, :ff], gate_up[:, ff:]  # the halves of a fused gate/up projection
+    qx = mmvq.QuantizedRows(17, ff)
+    plain, fused = cupy.zeros((n, ff), cupy.float32), cupy.zeros((n, ff), cupy.float32)
+    getattr(ops, kernel)(gate, up, plain)
+    getattr(ops, kernel)(gate, up, fused, q8=qx)
+    np.testing.assert_array_equal(cupy.asnumpy(fused), cupy.asnumpy(plain))
+    _assert_quantised_as_the_port(qx, cupy.asnumpy(fused))
