@@ -8,7 +8,8 @@
 # that fails or runs out of time stops only itself, and the whole batch keeps within $BUDGET seconds
 # (default 530): steps that no longer fit are skipped and say so.
 #   gpu-issue23.sh [all]    everything below, in this order (estimate: 7-8 minutes, llama.cpp already built)
-#   gpu-issue23.sh kernels  kernel tests, both GEMV sets against the NumPy reference    -> pytest-kernels.txt
+#   gpu-issue23.sh kernels  the GPU kernel tests (-m gpu: the CPU ones ran before the batch), both GEMV sets
+#                           against the NumPy reference and mmvq.cu against its own CPU run -> pytest-kernels.txt
 #   gpu-issue23.sh bench7b  bench llama, native:reference, native:fast on a random Qwen2.5-7B shape: decode
 #                           tok/s, GB/s and share of the bound, verify k = 1..16 (k=16 in decode steps),
 #                           launches and graph replay per step                        -> bench-7b.txt/.jsonl
@@ -88,14 +89,14 @@ EOF
 }
 
 kernels() {
-  pyt tests/engine/kernels/test_mmvq.py tests/engine/kernels/test_native_quant.py \
+  pyt -m gpu tests/engine/kernels/test_mmvq.py tests/engine/kernels/test_native_quant.py \
     tests/engine/kernels/test_native_ops.py tests/engine/kernels/test_native_sampling.py \
     > "$OUT/pytest-kernels.txt" 2>&1
   grep -E "^(FAILED|ERROR)" "$OUT/pytest-kernels.txt" | head -n 20; tail -n 2 "$OUT/pytest-kernels.txt"
 }
 
 native() {
-  pyt tests/engine/test_native_backend.py > "$OUT/pytest-native.txt" 2>&1
+  pyt -m gpu tests/engine/test_native_backend.py > "$OUT/pytest-native.txt" 2>&1
   grep -E "^native|^(FAILED|ERROR)|passed|failed" "$OUT/pytest-native.txt" | tail -n 12
 }
 

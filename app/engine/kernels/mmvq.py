@@ -9,6 +9,7 @@ rows of x (`split_warps`, `instance`). CuPy is imported only where device memory
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,36 @@ def kernel_name(ggml_type: int, b: int, r: int) -> str:
     return f"fs_mmvq_{TYPES[ggml_type].kernel}_b{b}_r{r}"
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a matmul: its entry point and shape, over rows first .. first + rows of x and out."""
+
+    kernel: str
+    grid: tuple[int]
+    block: tuple[int]
+    first: int
+    rows: int
+
+
+def plan(
+    ggml_type: int, shape: tuple[int, int], n_b: int, warps: int, warp: int, rows_per_group: int | None = None
+) -> list[Launch]:
+    """The launches of a matmul over n_b rows of x: MAX_BATCH rows of x to a launch, split warps each."""
+    out = []
+    for first in range(0, n_b, MAX_BATCH):
+        rows = min(MAX_BATCH, n_b - first)
+        b, r = instance(rows, shape[0])
+        r = r if rows_per_group is None else rows_per_group
+        grid = (-(-shape[0] // (warp // LANES * r)),)
+        out.append(Launch(kernel_name(ggml_type, b, r), grid, (warps * warp,), first, rows))
+    return out
+
+
+def quantize_grid(n: int, n_in: int) -> tuple[int]:
+    """Blocks of fs_quantize_q8 over n rows of n_in: a thread per element."""
+    return (-(-n * n_in // QUANT_THREADS),)
+
+
 def _cupy() -> Any:
     import cupy
 
@@ -207,11 +238,10 @@ def quantize(x: Any, qx: QuantizedRows) -> None:
     n = int(x.shape[0])
     if not 1 <= n <= qx.rows:
         raise KernelError(f"x: {n} rows, the buffer holds 1..{qx.rows}")
-    elements = n * qx.n_in  # a thread each
     launch(
         "mmvq",
         "fs_quantize_q8",
-        (-(-elements // QUANT_THREADS),),
+        quantize_grid(n, qx.n_in),
         (QUANT_THREADS,),
         (x, np.int32(n), np.int32(qx.n_in), qx.xq, qx.xd, qx.xs),
     )
@@ -242,28 +272,23 @@ def matmul(
         check("bias", bias, (weight.n_out,), "float32")
         _check_device("bias", bias)
         bias_arg = bias
-    warp = warp_size()
-    for c0 in range(0, n_b, MAX_BATCH):
-        rows = min(MAX_BATCH, n_b - c0)
-        b, r = instance(rows, weight.n_out)
-        if rows_per_group is not None:
-            r = rows_per_group
-        grid = (-(-weight.n_out // (warp // LANES * r)),)
+    for step in plan(weight.ggml_type, weight.shape, n_b, weight.warps, warp_size(), rows_per_group):
+        rows = slice(step.first, step.first + step.rows)
         launch(
             "mmvq",
-            kernel_name(weight.ggml_type, b, r),
-            grid,
-            (weight.warps * warp,),
+            step.kernel,
+            step.grid,
+            step.block,
             (
                 weight.data,
-                qx.xq[c0 : c0 + rows],
-                qx.xd[c0 : c0 + rows],
-                qx.xs[c0 : c0 + rows],
-                out[c0 : c0 + rows],
+                qx.xq[rows],
+                qx.xd[rows],
+                qx.xs[rows],
+                out[rows],
                 bias_arg,
                 np.int32(weight.n_out),
                 np.int32(weight.n_in),
-                np.int32(rows),
+                np.int32(step.rows),
                 np.int32(1 if accumulate else 0),
             ),
         )

@@ -29,6 +29,7 @@ from app.engine.kernels.reference import ReferenceModel
 from tests.engine.kernels.test_native_quant import dequantize, gemma_tensors, random_weight, reference_matmul
 from tests.support import mmvq_port as port
 from tests.support.gpu_marks import cupy, gpu_test
+from tests.support.kernels_on_cpu import CXX, KernelsOnCpu
 
 Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K = 2, 6, 8, 12, 13, 14
 TYPES = (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0)
@@ -279,6 +280,169 @@ def test_shared_memory_of_the_widest_entry_point_fits() -> None:
     assert mmvq.MAX_WARPS * groups * widest * 4 <= 48 * 1024
 
 
+# --- the kernels' own code, run on the CPU (tests/support/cuda_cpu.h) ---------------------------------------
+NORM_KERNELS = [
+    "rms_norm_f32",
+    "rms_norm_q8_f32",
+    "rms_norm_add_rms_norm_f32",
+    "rms_norm_add_rms_norm_q8_f32",
+]
+GATE_KERNELS = ["silu_gate_f32", "silu_gate_q8_f32", "gelu_tanh_gate_f32", "gelu_tanh_gate_q8_f32"]
+
+
+@pytest.fixture(scope="module")
+def on_cpu() -> KernelsOnCpu:
+    if CXX is None:
+        pytest.skip("g++ is not installed")
+    names = ["fs_quantize_q8", *(mmvq.kernel_name(t, b, r) for t in TYPES for b, r in mmvq.INSTANCES)]
+    return KernelsOnCpu(["mmvq", "norm", "activation"], [*names, *NORM_KERNELS, *GATE_KERNELS])
+
+
+def _quantise_on_cpu(on_cpu: KernelsOnCpu, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n, n_in = x.shape
+    qx = (
+        np.zeros((n, n_in), np.int8),
+        np.zeros((n, n_in // 32), np.float32),
+        np.zeros((n, n_in // 16), np.float32),
+    )
+    on_cpu.launch(
+        "fs_quantize_q8",
+        mmvq.quantize_grid(n, n_in),
+        (mmvq.QUANT_THREADS,),
+        (x, np.int32(n), np.int32(n_in), *qx),
+    )
+    return qx
+
+
+def _matmul_on_cpu(
+    on_cpu: KernelsOnCpu,
+    packed: np.ndarray,
+    ggml_type: int,
+    shape: tuple[int, int],
+    qx: tuple[np.ndarray, np.ndarray, np.ndarray],
+    warps: int,
+    out: np.ndarray,
+    bias: np.ndarray | None = None,
+    accumulate: bool = False,
+    rows_per_group: int | None = None,
+) -> np.ndarray:
+    """mmvq.matmul's launches (mmvq.plan), run on the CPU."""
+    for step in mmvq.plan(ggml_type, shape, qx[0].shape[0], warps, 32, rows_per_group):
+        rows = slice(step.first, step.first + step.rows)
+        args = (packed, *(a[rows] for a in qx), out[rows], np.uint64(0) if bias is None else bias)
+        ints = (shape[0], shape[1], step.rows, int(accumulate))
+        on_cpu.launch(step.kernel, step.grid, step.block, (*args, *(np.int32(i) for i in ints)))
+    return out
+
+
+def test_the_quantiser_on_the_cpu_is_its_port(on_cpu: KernelsOnCpu) -> None:
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 1024), dtype=np.float32) * np.float32(5)
+    x[0, :32] = 0
+    x[1, 40] = np.nan
+    x[2, 300] = np.inf
+    x[3, 64:96] *= np.float32(1e-35)
+    x[4, 512:544] = np.float32(3e38)
+    for got, want in zip(_quantise_on_cpu(on_cpu, x), port.quantize_rows(x), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("ggml_type", TYPES, ids=_name)
+@pytest.mark.parametrize("shape", [(13, 512), (6, 2304), (21, 768)], ids=str)
+def test_mmvq_on_the_cpu_is_the_port_for_every_entry_point(
+    on_cpu: KernelsOnCpu, ggml_type: int, shape: tuple[int, int]
+) -> None:
+    raw = random_weight(ggml_type, shape, seed=5 * shape[0] + ggml_type)
+    packed = mmvq.pack_planes(raw, ggml_type, shape)
+    w = dequantize(raw, ggml_type, shape)
+    x = np.random.default_rng(12).standard_normal((20, shape[1]), dtype=np.float32)
+    qx = _quantise_on_cpu(on_cpu, x)
+    x_hat = port.dequantized(qx[0], qx[1])
+    for warps in (1, 2, 4):
+        want = port.simulate_mmvq(packed, ggml_type, shape, tuple(a[:3] for a in qx), warps)
+        rows: dict[int, np.ndarray] = {}
+        for n_b in (1, 3, 8, 17, 20):  # every B: 1, 4, 8, 17 and two launches
+            sub = tuple(a[:n_b] for a in qx)
+            table_b = mmvq.instance(min(n_b, mmvq.MAX_BATCH), shape[0])[0]
+            variants = [None] + [r for b, r in mmvq.INSTANCES if b == table_b and n_b <= mmvq.MAX_BATCH]
+            for r in variants:
+                out = np.full((n_b, shape[0]), np.nan, np.float32)
+                y = _matmul_on_cpu(on_cpu, packed, ggml_type, shape, sub, warps, out, rows_per_group=r)
+                assert_is_w_times_x_hat(y, w, x_hat[:n_b])
+                for i in range(min(n_b, 3)):  # a row of y is the same, bit for bit, whatever the launch
+                    np.testing.assert_array_equal(y[i], rows.setdefault(i, y[i]))
+        got = np.stack([rows[i] for i in range(3)])
+        assert np.mean(got == want) >= 0.99, f"warps {warps}: {np.mean(got != want):.2%} differ from the port"
+
+
+@pytest.mark.parametrize("ggml_type", [Q4_K, Q6_K, Q8_0, Q5_0], ids=_name)
+def test_mmvq_on_the_cpu_adds_the_bias_and_accumulates(on_cpu: KernelsOnCpu, ggml_type: int) -> None:
+    shape = (10, 512)
+    raw = random_weight(ggml_type, shape, seed=ggml_type)
+    packed = mmvq.pack_planes(raw, ggml_type, shape)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((4, shape[1]), dtype=np.float32)
+    bias = rng.standard_normal(shape[0], dtype=np.float32)
+    residual = rng.standard_normal((4, shape[0]), dtype=np.float32)
+    qx = _quantise_on_cpu(on_cpu, x)
+    plain = _matmul_on_cpu(on_cpu, packed, ggml_type, shape, qx, 2, np.zeros((4, shape[0]), np.float32))
+    with_bias = _matmul_on_cpu(
+        on_cpu, packed, ggml_type, shape, qx, 2, np.zeros((4, shape[0]), np.float32), bias
+    )
+    np.testing.assert_array_equal(with_bias, plain + bias)
+    both = _matmul_on_cpu(on_cpu, packed, ggml_type, shape, qx, 2, residual.copy(), bias, accumulate=True)
+    np.testing.assert_array_equal(both, (plain + bias) + residual)
+
+
+def _norm_on_cpu(on_cpu: KernelsOnCpu, kernel: str, arrays: list[np.ndarray], d: int, q8: tuple = ()) -> None:
+    n = arrays[0].shape[0]
+    threads = 64 if d <= 512 else 256 if d <= 4096 else 512  # ops._norm_threads
+    on_cpu.launch(kernel, (n,), (threads,), (*arrays, np.int32(d), np.float32(1e-6), *q8))
+
+
+@pytest.mark.parametrize("d", [640, 896, 3584])
+def test_norms_on_the_cpu_quantise_what_they_write(on_cpu: KernelsOnCpu, d: int) -> None:
+    rng = np.random.default_rng(14)
+    n = 3
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    w, w2 = rng.standard_normal(d, dtype=np.float32), rng.standard_normal(d, dtype=np.float32)
+    q8 = (np.zeros((n, d), np.int8), np.zeros((n, d // 32), np.float32), np.zeros((n, d // 16), np.float32))
+    plain, fused = np.zeros_like(x), np.zeros_like(x)
+    _norm_on_cpu(on_cpu, "rms_norm_f32", [x, w, plain], d)
+    _norm_on_cpu(on_cpu, "rms_norm_q8_f32", [x, w, fused], d, q8)
+    np.testing.assert_array_equal(fused, plain)
+    for got, want in zip(q8, port.quantize_rows(fused), strict=True):
+        np.testing.assert_array_equal(got, want)
+    residual = rng.standard_normal((n, d), dtype=np.float32)
+    res_plain, res_fused = residual.copy(), residual.copy()
+    _norm_on_cpu(on_cpu, "rms_norm_add_rms_norm_f32", [x, w, res_plain, w2, plain], d)
+    _norm_on_cpu(on_cpu, "rms_norm_add_rms_norm_q8_f32", [x, w, res_fused, w2, fused], d, q8)
+    np.testing.assert_array_equal(res_fused, res_plain)
+    np.testing.assert_array_equal(fused, plain)
+    for got, want in zip(q8, port.quantize_rows(fused), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernel", ["silu_gate", "gelu_tanh_gate"])
+def test_gated_activations_on_the_cpu_quantise_what_they_write(on_cpu: KernelsOnCpu, kernel: str) -> None:
+    rng = np.random.default_rng(15)
+    n, ff = 2, 1536
+    gate_up = rng.standard_normal((n, 2 * ff), dtype=np.float32)
+    q8 = (
+        np.zeros((n, ff), np.int8),
+        np.zeros((n, ff // 32), np.float32),
+        np.zeros((n, ff // 16), np.float32),
+    )
+    plain, fused = np.zeros((n, ff), np.float32), np.zeros((n, ff), np.float32)
+    up = gate_up[:, ff:]  # the halves of a fused gate/up projection: one row stride of 2 ff
+    grid = (-(-ff // 256), n)
+    on_cpu.launch(f"{kernel}_f32", grid, (256,), (gate_up, up, plain, np.int32(ff), np.int32(2 * ff)))
+    on_cpu.launch(f"{kernel}_q8_f32", grid, (256,), (gate_up, up, fused, np.int32(ff), np.int32(2 * ff), *q8))
+    np.testing.assert_array_equal(fused, plain)
+    for got, want in zip(q8, port.quantize_rows(fused), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 # --- GPU tests ---------------------------------------------------------------------------------------------
 GPU_SHAPES = [(1, 256), (7, 512), (640, 2048), (1536, 8960), (896, 4864), (4608, 3584), (3584, 18944)]
 BATCHES = (1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17)
@@ -365,6 +529,22 @@ def test_mmvq_is_the_simulated_kernel(ggml_type: int, shape: tuple[int, int]) ->
     )
     assert_is_w_times_x_hat(got, w, port.dequantized(*port.quantize_rows(x)[:2]))
     assert np.mean(got == want) >= 0.99, f"{np.mean(got != want):.2%} of outputs differ from the port"
+
+
+@gpu_test
+@pytest.mark.parametrize("ggml_type", TYPES, ids=_name)
+def test_mmvq_is_its_own_source_run_on_the_cpu(on_cpu: KernelsOnCpu, ggml_type: int) -> None:
+    """The device and the CPU run of the same source (cuda_cpu.h) agree bit for bit: integer dots are exact
+    and every float step is one IEEE operation on both."""
+    shape = (40, 2304) if ggml_type in (Q4_K, Q5_K, Q6_K) else (40, 1120)
+    weight, _, raw = _device_case(ggml_type, shape)
+    x = np.random.default_rng(16).standard_normal((9, shape[1]), dtype=np.float32)
+    out = cupy.zeros((9, shape[0]), dtype=cupy.float32)
+    mmvq.matmul(_quantised(x), weight, out)
+    packed = mmvq.pack_planes(raw, ggml_type, shape)
+    want = np.zeros((9, shape[0]), np.float32)
+    _matmul_on_cpu(on_cpu, packed, ggml_type, shape, _quantise_on_cpu(on_cpu, x), weight.warps, want)
+    np.testing.assert_array_equal(cupy.asnumpy(out), want)
 
 
 @gpu_test
