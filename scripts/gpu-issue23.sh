@@ -14,7 +14,8 @@
 #                           tok/s, GB/s and share of the bound, verify k = 1..16 (k=16 in decode steps),
 #                           launches and graph replay per step                        -> bench-7b.txt/.jsonl
 #   gpu-issue23.sh kbench   scripts/kernel-bench.py: every type and (out, in) of the issue, b = 1..16, both
-#                           sets, the fast one at 1, 2 and 4 rows per lane group      -> kernel-bench.txt/.json
+#                           sets, the fast one also at 1, 2, 4 rows per lane group and 1, 2, 4 warps per
+#                           block (what mmvq.py's table should pick)                  -> kernel-bench.txt/.json
 #   gpu-issue23.sh native   native backend tests: logits against the reference, verify == steps and greedy
 #                           vs llama.cpp with both GEMV sets; speculative decoding exact (through the Engine,
 #                           which builds the backend with the default set)           -> pytest-native.txt
@@ -102,19 +103,22 @@ native() {
 
 kbench() {
   python3 scripts/kernel-bench.py --models issue23 --types q4_k,q5_k,q6_k,q8_0 --kernels reference,fast \
-    --batches 1,2,4,8,16 --rows-per-group 1,2,4 --repeats 9 --json > "$OUT/kernel-bench.json" 2> "$OUT/kernel-bench.err"
+    --batches 1,2,4,8,16 --rows-per-group 1,2,4 --warps 1,2,4 --repeats 9 --json \
+    > "$OUT/kernel-bench.json" 2> "$OUT/kernel-bench.err"
   python3 - "$OUT/kernel-bench.json" > "$OUT/kernel-bench.txt" <<'EOF'
 import json
 import sys
 
 doc = json.load(open(sys.argv[1]))
-print(f"{doc['device']}; bound {doc['peak_gb_s']} GB/s ({doc['peak_source']})")
+print(f"{doc['device']}; bound {doc['peak_gb_s']} GB/s ({doc['peak_source']}); * the table's choice")
 for r in doc["results"]:
-    rpg = f"r{r['rows_per_group']}" if r["rows_per_group"] else "  "
-    print(f"{r['matrix']:12} {r['out']:>6}x{r['in']:<6} {r['type']:5} {r['kernels']:9} {rpg} b={r['b']:<3}"
-          f" {r['us']:9.2f} us {r['gb_s']:8.1f} GB/s {100 * r['of_peak']:5.1f}%")
+    fast = r["kernels"] == "fast"
+    variant = f"r{r['rows_per_group']} w{r['warps']}" if fast else ""
+    print(f"{r['matrix']:12} {r['out']:>6}x{r['in']:<6} {r['type']:5} {r['kernels']:9} {variant:5}"
+          f"{'*' if r['table'] else ' '} b={r['b']:<3} {r['us']:9.2f} us {r['gb_s']:8.1f} GB/s"
+          f" {100 * r['of_peak']:5.1f}%")
 EOF
-  grep -E " b=1 " "$OUT/kernel-bench.txt" | head -n 40; tail -n 3 "$OUT/kernel-bench.err"
+  grep -E "\* b=1 " "$OUT/kernel-bench.txt" | head -n 40; tail -n 3 "$OUT/kernel-bench.err"
 }
 
 bench7b() {

@@ -70,6 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="fast kernels: time these rows per lane group (entry points that exist) besides the table's",
     )
+    ap.add_argument(
+        "--warps", default="", help="fast kernels: time these warps per block (split-K) besides the table's"
+    )
     ap.add_argument("--calls", type=int, default=50, help="matmul calls per timed graph")
     ap.add_argument("--repeats", type=int, default=15, help="timed graph launches; the median is reported")
     ap.add_argument(
@@ -151,20 +154,29 @@ def _graph_us(cupy, call, calls: int, repeats: int) -> float:
     return statistics.median(samples[2:])
 
 
-def time_matmul(cupy, weights, b: int, calls: int, repeats: int, rows_per_group: int | None = None) -> float:
-    """Median microseconds per matmul call (the fast kernels' x quantised once, before the graph)."""
+def time_matmul(cupy, weights, b: int, calls: int, repeats: int, variant: tuple = (None, None)) -> float:
+    """Median microseconds per matmul call (the fast kernels' x quantised once, before the graph); variant:
+    the fast kernels' (rows per group, warps), None for the table's."""
     n_out, n_in = weights[0].shape
     x = cupy.random.standard_normal((b, n_in), dtype=cupy.float32)
     out = cupy.empty((b, n_out), dtype=cupy.float32)
     if isinstance(weights[0], mmvq.PackedWeight):
+        rows_per_group, warps = variant
+        table = weights[0].warps
+        for w in weights:
+            w.warps = warps or table
         qx = mmvq.QuantizedRows(b, n_in)
         mmvq.quantize(x, qx)
-        return _graph_us(
-            cupy,
-            lambda i: mmvq.matmul(qx, weights[i % len(weights)], out, rows_per_group=rows_per_group),
-            calls,
-            repeats,
-        )
+        try:
+            return _graph_us(
+                cupy,
+                lambda i: mmvq.matmul(qx, weights[i % len(weights)], out, rows_per_group=rows_per_group),
+                calls,
+                repeats,
+            )
+        finally:
+            for w in weights:
+                w.warps = table
     return _graph_us(cupy, lambda i: qmatmul.matmul(x, weights[i % len(weights)], out), calls, repeats)
 
 
@@ -174,12 +186,15 @@ def time_quantize(cupy, b: int, n_in: int, calls: int, repeats: int) -> float:
     return _graph_us(cupy, lambda i: mmvq.quantize(x, qx), calls, repeats)
 
 
-def _variants(kernels: str, ggml_type: int, b: int, n_out: int, extra: list[int]) -> list[int | None]:
-    """Rows per group to time for one measurement: None (the table's choice) and the extra ones that exist."""
+def _variants(kernels: str, b: int, weight, extra_r: list[int], extra_w: list[int]) -> list[tuple]:
+    """(rows per group, warps) to time for one measurement: (None, None), the table's choice, then each
+    extra one that exists with the table's other half."""
     if kernels == "reference":
-        return [None]
-    table_b, table_r = mmvq.instance(min(b, mmvq.MAX_BATCH), n_out)
-    return [None] + [r for r in extra if r != table_r and (table_b, r) in mmvq.INSTANCES]
+        return [(None, None)]
+    table_b, table_r = mmvq.instance(min(b, mmvq.MAX_BATCH), weight.n_out)
+    rows = [(r, None) for r in extra_r if r != table_r and (table_b, r) in mmvq.INSTANCES]
+    warps = [(None, w) for w in extra_w if w != weight.warps and 1 <= w <= mmvq.MAX_WARPS]
+    return [(None, None), *rows, *warps]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     kernel_sets = [k.strip() for k in args.kernels.split(",") if k.strip()]
     if any(k not in KERNEL_SETS for k in kernel_sets):
         raise SystemExit(f"--kernels: {', '.join(KERNEL_SETS)}, got {args.kernels!r}")
-    extra = [int(r) for r in args.rows_per_group.split(",") if r.strip()]
+    extra_r = [int(r) for r in args.rows_per_group.split(",") if r.strip()]
+    extra_w = [int(w) for w in args.warps.split(",") if w.strip()]
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     limit = bound(args.peak, cupy.cuda.Device().id)
@@ -200,10 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     def report(row: dict) -> None:
         rows.append(row)
         if not args.json:
-            variant = f" r={row['rows_per_group']}" if row.get("rows_per_group") else ""
+            variant = (
+                f"r{row['rows_per_group'] or '-'} w{row['warps'] or '-'}" if row["kernels"] == "fast" else ""
+            )
             print(
                 f"{row['model']:13} {row['matrix']:12} {row['out']:>6}x{row['in']:<6} {row['type']:5}"
-                f" {row['kernels']:9}{variant:4} b={row['b']:<3} {row['us']:9.2f} us"
+                f" {row['kernels']:9} {variant:5} b={row['b']:<3} {row['us']:9.2f} us"
                 f" {row['gb_s']:8.1f} GB/s {100 * row['of_peak']:5.1f}%",
                 flush=True,
             )
@@ -221,13 +239,16 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     weights = _weights(cupy, ggml_type, (n_out, n_in), args.cold_bytes, fast)
                     for b in batches:
-                        for r in _variants(kernels, ggml_type, b, n_out, extra):
-                            us = time_matmul(cupy, weights, b, args.calls, args.repeats, r)
+                        for variant in _variants(kernels, b, weights[0], extra_r, extra_w):
+                            us = time_matmul(cupy, weights, b, args.calls, args.repeats, variant)
                             gbs = weights[0].nbytes / (us * 1e-6) / 1e9
+                            table_r = mmvq.instance(min(b, mmvq.MAX_BATCH), n_out)[1] if fast else None
                             report({
                                 "model": model, "matrix": label, "out": n_out, "in": n_in,
                                 "type": qmatmul.TYPES[ggml_type].name, "kernels": kernels, "b": b,
-                                "rows_per_group": r, "warps": getattr(weights[0], "warps", None),
+                                "rows_per_group": variant[0] or table_r,
+                                "warps": variant[1] or getattr(weights[0], "warps", None),
+                                "table": variant == (None, None),
                                 "us": round(us, 2), "weight_bytes": weights[0].nbytes, "gb_s": round(gbs, 1),
                                 "of_peak": round(gbs / peak, 3),
                             })  # fmt: skip
@@ -237,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                             moved = b * n_in * (4 + 1) + b * n_in // 32 * 12  # x in, codes and scales out
                             report({
                                 "model": model, "matrix": "quantize x", "out": 0, "in": n_in, "type": "f32",
-                                "kernels": "fast", "b": b, "rows_per_group": None, "warps": None,
+                                "kernels": "quantize", "b": b, "rows_per_group": None, "warps": None,
+                                "table": True,
                                 "us": round(us, 2), "weight_bytes": moved, "gb_s": round(moved / us / 1e3, 1),
                                 "of_peak": round(moved / us / 1e3 / peak, 3),
                             })  # fmt: skip
