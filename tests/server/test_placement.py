@@ -34,7 +34,8 @@ def test_no_device_flags_means_the_fit_places_and_sizes_the_context(gemma_path: 
 
 
 def test_explicit_flags_win(gemma_path: Path) -> None:
-    with engine_server(["--target", str(gemma_path), "--no-draft", "--device", "cpu", "--n-ctx", "1024"]) as s:
+    argv = ["--target", str(gemma_path), "--no-draft", "--device", "cpu", "--n-ctx", "1024"]
+    with engine_server(argv) as s:
         props = _props(s.url)
     assert props["placement"] == {"reason": "devices and context set explicitly"}
     assert props["target"]["n_ctx"] == 1024
