@@ -103,6 +103,65 @@ __device__ __forceinline__ int fs_dp4a(int a, int b, int c) {
 #endif
 }
 
+// Integer tensor-core tiles, one warp (32 lanes) together, as PTX's mma.sync .s8 fragments lay them out:
+// lane = 4 g + t holds of A (row-major) a[0] = A[g][4t..4t+3], a[1] = A[g + 8][4t..], then for k32 a[2] =
+// A[g][16 + 4t..], a[3] = A[g + 8][16 + 4t..]; of B (column-major) b[0] = B[4t..][g], for k32 b[1] =
+// B[16 + 4t..][g]; of C and D c[0..1] = C[g][2t, 2t + 1], c[2..3] = C[g + 8][2t, 2t + 1]. D = A B + C.
+// The _portable forms compute the same from shuffles and dp4a: where the instruction is missing (Turing's
+// k32, AMD, the CPU run of the tests), and to check the instruction against (mmvq_tc.cu's fs_mma_check).
+// A wave64 runs them as two independent 32-lane halves.
+template <int K>
+__device__ __forceinline__ void fs_mma_s8_portable(int (&c)[4], const u32 (&a)[K / 8], const u32 (&b)[K / 16]) {
+    const int lane = threadIdx.x % FS_WARP, base = lane & ~31, g = (lane & 31) >> 2, t = lane & 3;
+#pragma unroll
+    for (int tp = 0; tp < 4; ++tp) {
+        u32 ap[K / 8];
+#pragma unroll
+        for (int i = 0; i < K / 8; ++i) ap[i] = FS_SHFL(a[i], base + 4 * g + tp);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int src = base + 4 * (2 * t + j) + tp;
+            const int b0 = (int)FS_SHFL(b[0], src);
+            c[j] = fs_dp4a((int)ap[0], b0, c[j]);
+            c[2 + j] = fs_dp4a((int)ap[1], b0, c[2 + j]);
+            if constexpr (K == 32) {
+                const int b1 = (int)FS_SHFL(b[1], src);
+                c[j] = fs_dp4a((int)ap[2], b1, c[j]);
+                c[2 + j] = fs_dp4a((int)ap[3], b1, c[2 + j]);
+            }
+        }
+    }
+}
+
+#if !FS_HIP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FS_MMA_S8 1
+#else
+#define FS_MMA_S8 0
+#endif
+
+// m16n8k32: A 16 x 32, B 32 x 8.
+__device__ __forceinline__ void fs_mma_s8_k32(int (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+#if FS_MMA_S8
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    fs_mma_s8_portable<32>(c, a, b);
+#endif
+}
+
+// m16n8k16: A 16 x 16, B 16 x 8.
+__device__ __forceinline__ void fs_mma_s8_k16(int (&c)[4], const u32 (&a)[2], const u32 (&b)[1]) {
+#if FS_MMA_S8
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+#else
+    fs_mma_s8_portable<16>(c, a, b);
+#endif
+}
+
 // 16 bytes of a weight that is read once per launch: past L1 without a line in it (on NVIDIA), so the hot
 // activations keep theirs. p is 16-byte aligned, in memory no launch writes.
 __device__ __forceinline__ uint4 fs_ld_stream16(const void* p) {

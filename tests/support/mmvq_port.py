@@ -288,3 +288,69 @@ def simulate_mmvq(
     for w in range(1, warps):
         s = (s + acc[..., w, 0]).astype(np.float32)
     return s
+
+
+# --- fs_mmvq_tc -----------------------------------------------------------------------------------------
+def element_codes(
+    packed: np.ndarray, ggml_type: int, shape: tuple[int, int], rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every weight of the rows as (code, A, M) [rows, in] through the chunk decoder: w = A code + M."""
+    n_in = shape[1]
+    n_chunks = n_in // mmvq.CHUNK
+    k = np.broadcast_to(np.arange(n_chunks), (len(rows), n_chunks))
+    c = chunk(ggml_type, packed, shape, np.broadcast_to(rows[:, None], k.shape), k)
+    e0, gap = chunk_elements(ggml_type, k)
+    code = np.zeros((len(rows), n_in), np.int64)
+    a = np.zeros((len(rows), n_in), np.float32)
+    m = np.zeros((len(rows), n_in), np.float32)
+    idx = np.arange(16)
+    r = np.arange(len(rows))[:, None, None]
+    for v, fa, fm, e in ((c.v0, c.a0, c.m0, e0), (c.v1, c.a1, c.m1, e0 + gap)):
+        cols = e[..., None] + idx
+        code[r, cols] = v
+        a[r, cols] = fa[..., None]
+        m[r, cols] = fm[..., None]
+    return code, a, m
+
+
+def tc_groups(ggml_type: int, step: int) -> list[tuple[int, int]]:
+    """FsTc<T>: the (first element, length) of each group of a step, in the kernel's order."""
+    blk = step >> 2
+    if ggml_type == Q4_K:
+        c = step & 3
+        return [(blk * 256 + 64 * c + 32 * gi, 32) for gi in range(2)]
+    h, hh = (step >> 1) & 1, step & 1
+    return [(blk * 256 + 128 * h + 32 * k + 16 * hh, 16) for k in range(4)]
+
+
+def simulate_mmvq_tc(
+    packed: np.ndarray,
+    ggml_type: int,
+    shape: tuple[int, int],
+    qx: tuple[np.ndarray, np.ndarray, np.ndarray],
+    warps: int,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:
+    """fs_mmvq_tc for the given output rows: y [b, len(rows)] float32 (no bias, no accumulate)."""
+    n_out, n_in = shape
+    xq, xd, xs = qx
+    rows = np.arange(n_out) if rows is None else np.asarray(rows)
+    code, a, m = element_codes(packed, ggml_type, shape, rows)
+    xq64 = xq.astype(np.int64)
+    parts = []
+    for w in range(warps):
+        acc = np.zeros((xq.shape[0], len(rows)), np.float32)
+        for step in range(w, n_in // mmvq.TC_STEP, warps):
+            for e, size in tc_groups(ggml_type, step):
+                dot = xq64[:, e : e + size] @ code[:, e : e + size].T  # [b, rows], exact
+                dx = xd[:, e >> 5][:, None]
+                xsum = (
+                    (xs[:, e >> 4] + xs[:, (e >> 4) + 1]).astype(np.float32) if size == 32 else xs[:, e >> 4]
+                )
+                acc = _fma(a[:, e][None, :], _f32(dx * dot.astype(np.float32)), acc)
+                acc = _fma(m[:, e][None, :], xsum[:, None], acc)
+        parts.append(acc)
+    total = parts[0]
+    for p in parts[1:]:
+        total = (total + p).astype(np.float32)
+    return total

@@ -1,10 +1,12 @@
-"""The int8-activation GEMV (native/mmvq.cu): weights packed for it, activations quantised for it, launches.
+"""The int8-activation GEMVs (native/mmvq.cu, mmvq_tc.cu): weights packed for them, activations quantised
+for them, the table that picks an entry point, and the launches.
 
 `PackedWeight` uploads a tensor as mmvq.cu reads it (Q4_K/Q5_K as stored; Q6_K, Q8_0, Q4_0, Q5_0 as one
 plane per block field, so every wide load is aligned); `QuantizedRows` holds rows of x as int8 codes with
 their scales; `quantize` fills it and `matmul` multiplies, both checked and allocation-free (capturable in
-a CUDA graph). Which kernel instance and how many warps split a row are decided here, per weight shape and
-rows of x (`split_warps`, `instance`). CuPy is imported only where device memory is allocated.
+a CUDA graph). Which kernel, which entry point and how many warps split a row are decided here, per weight
+shape and rows of x (`plan`): mmvq.cu's dp4a kernel, or from TC_MIN_ROWS rows of x on a GPU with int8 tensor
+cores, mmvq_tc.cu's mma kernel for the types it reads. CuPy is imported only where device memory is used.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ INSTANCES: tuple[tuple[int, int], ...] = (
 MAX_BATCH = max(b for b, _ in INSTANCES)
 # Outputs from which a launch gives each lane group two rows (fewer blocks, activations read half as often).
 WIDE_OUT = 8192
+
+# mmvq_tc.cu: the types it reads, its tiles of 8 rows of x (entry points _n1 .. _n3), most warps of a block,
+# and the rows of x from which a launch takes it (fewer stay on dp4a: the same bits as decoding, and bound
+# by the weights' bytes, not by the dot products).
+TC_TYPES = frozenset({12, 14})  # Q4_K, Q6_K
+TC_TILES = (1, 2, 3)
+TC_MAX_WARPS = KERNEL_CONSTANTS["FS_TC_MAX_WARPS"]
+TC_MIN_ROWS = 9
+TC_STEP = 64  # elements of a row per warp step
+# Warps the GPU should hold at once (16 per SM on a 132-SM H200): a tile's row is split until that many.
+TC_WARPS_IN_FLIGHT = 2048
 
 
 def supported(ggml_type: int) -> bool:
@@ -119,10 +132,21 @@ def kernel_name(ggml_type: int, b: int, r: int) -> str:
     return f"fs_mmvq_{TYPES[ggml_type].kernel}_b{b}_r{r}"
 
 
+def tc_warps(n_out: int, n_in: int) -> int:
+    """Warps that split a 16-row tile's row in mmvq_tc.cu: enough tiles x warps in flight, at least 4 steps
+    each, from the shape alone (the order of a row's sums depends on it)."""
+    tiles, steps = -(-n_out // 16), n_in // TC_STEP
+    nw = 1
+    while nw < TC_MAX_WARPS and tiles * nw < TC_WARPS_IN_FLIGHT and steps >= 8 * nw:
+        nw *= 2
+    return nw
+
+
 @dataclass(frozen=True)
 class Launch:
-    """One launch of a matmul: its entry point and shape, over rows first .. first + rows of x and out."""
+    """One launch of a matmul: its source and entry point, its shape, over rows first .. first + rows of x."""
 
+    source: str
     kernel: str
     grid: tuple[int]
     block: tuple[int]
@@ -131,17 +155,44 @@ class Launch:
 
 
 def plan(
-    ggml_type: int, shape: tuple[int, int], n_b: int, warps: int, warp: int, rows_per_group: int | None = None
+    ggml_type: int,
+    shape: tuple[int, int],
+    n_b: int,
+    warps: int,
+    warp: int,
+    rows_per_group: int | None = None,
+    tensor_cores: bool = False,
+    tc_split: int = 1,
 ) -> list[Launch]:
-    """The launches of a matmul over n_b rows of x: MAX_BATCH rows of x to a launch, split warps each."""
+    """The launches of a matmul over n_b rows of x: MAX_BATCH rows of x to a launch; with tensor_cores
+    (the GPU has int8 mma), launches of TC_MIN_ROWS rows or more of a TC_TYPES weight go to mmvq_tc.cu with
+    tc_split warps, the others to mmvq.cu with `warps`."""
     out = []
     for first in range(0, n_b, MAX_BATCH):
         rows = min(MAX_BATCH, n_b - first)
+        if tensor_cores and ggml_type in TC_TYPES and rows >= TC_MIN_ROWS:
+            name = f"fs_mmvq_tc_{TYPES[ggml_type].kernel}_n{-(-rows // 8)}"
+            out.append(Launch("mmvq_tc", name, (-(-shape[0] // 16),), (tc_split * 32,), first, rows))
+            continue
         b, r = instance(rows, shape[0])
         r = r if rows_per_group is None else rows_per_group
         grid = (-(-shape[0] // (warp // LANES * r)),)
-        out.append(Launch(kernel_name(ggml_type, b, r), grid, (warps * warp,), first, rows))
+        out.append(Launch("mmvq", kernel_name(ggml_type, b, r), grid, (warps * warp,), first, rows))
     return out
+
+
+_tensor_cores: dict[int, bool] = {}
+
+
+def tensor_cores() -> bool:
+    """Whether the current GPU runs mmvq_tc.cu's int8 mma: NVIDIA from compute capability 8.0 (Ampere)."""
+    cupy = _cupy()
+    device = int(cupy.cuda.Device().id)
+    found = _tensor_cores.get(device)
+    if found is None:
+        hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
+        found = _tensor_cores[device] = not hip and int(cupy.cuda.Device(device).compute_capability) >= 80
+    return found
 
 
 def quantize_grid(n: int, n_in: int) -> tuple[int]:
@@ -179,6 +230,7 @@ class PackedWeight:
         host = pack_planes(raw, self.ggml_type, self.shape)
         self.data = _cupy().asarray(host)
         self.warps = split_warps(*self.shape, warp_size())
+        self.tc_split = tc_warps(*self.shape)
 
     @classmethod
     def from_device(
@@ -199,6 +251,7 @@ class PackedWeight:
             raise KernelError(f"{name}: {data.size} bytes on the device, the packed weight needs {need}")
         self.data = data
         self.warps = split_warps(*self.shape, warp_size())
+        self.tc_split = tc_warps(*self.shape)
         return self
 
     @property
@@ -255,11 +308,13 @@ def matmul(
     bias: Any = None,
     accumulate: bool = False,
     rows_per_group: int | None = None,
+    tensor_cores_ok: bool = True,
 ) -> None:
     """out[b, o] = x^[b, :] . W[o, :] (+ bias[o]) for the qx.n rows last quantised; with `accumulate`,
     out += that (a fused residual add). out: float32 [qx.n, out]. Rows of x go 17 to a launch, each weight
-    read once per launch; a row of out is the same whatever the rows of x. rows_per_group: an entry point
-    other than the table's (benchmarks)."""
+    read once per launch; a row of out is the same whatever the rows of x up to TC_MIN_ROWS (the mma
+    kernel rounds its sums in another order). rows_per_group, tensor_cores_ok=False: entry points other
+    than the table's (benchmarks, tests)."""
     if qx.n_in != weight.n_in:
         raise KernelError(f"x: rows of {qx.n_in}, the weight takes {weight.n_in}")
     n_b = qx.n
@@ -272,10 +327,14 @@ def matmul(
         check("bias", bias, (weight.n_out,), "float32")
         _check_device("bias", bias)
         bias_arg = bias
-    for step in plan(weight.ggml_type, weight.shape, n_b, weight.warps, warp_size(), rows_per_group):
+    tc = tensor_cores_ok and tensor_cores()
+    steps = plan(
+        weight.ggml_type, weight.shape, n_b, weight.warps, warp_size(), rows_per_group, tc, weight.tc_split
+    )
+    for step in steps:
         rows = slice(step.first, step.first + step.rows)
         launch(
-            "mmvq",
+            step.source,
             step.kernel,
             step.grid,
             step.block,

@@ -46,6 +46,8 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "FS_MMVQ_LANES": 8,
     "FS_MMVQ_MAX_WARPS": 4,
     "FS_QUANT_THREADS": 128,
+    # Tensor-core GEMV (mmvq_tc.cu): most warps of a block (they split a tile's row length).
+    "FS_TC_MAX_WARPS": 16,
     # Attention (attention.cuh): threads of a block, most context splits of a launch, threads of a combine
     # block, floats of a tile (query vectors per block and keys per tile are this / head_dim).
     "FS_ATTN_THREADS": 128,

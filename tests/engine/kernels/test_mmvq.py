@@ -28,7 +28,7 @@ from app.engine.kernels import mmvq, qmatmul, runtime
 from app.engine.kernels.reference import ReferenceModel
 from tests.engine.kernels.test_native_quant import dequantize, gemma_tensors, random_weight, reference_matmul
 from tests.support import mmvq_port as port
-from tests.support.gpu_marks import cupy, gpu_test
+from tests.support.gpu_marks import HAVE_GPU, cupy, gpu_test
 from tests.support.kernels_on_cpu import CXX, KernelsOnCpu
 
 Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K = 2, 6, 8, 12, 13, 14
@@ -295,7 +295,12 @@ def on_cpu() -> KernelsOnCpu:
     if CXX is None:
         pytest.skip("g++ is not installed")
     names = ["fs_quantize_q8", *(mmvq.kernel_name(t, b, r) for t in TYPES for b, r in mmvq.INSTANCES)]
-    return KernelsOnCpu(["mmvq", "norm", "activation"], [*names, *NORM_KERNELS, *GATE_KERNELS])
+    names += [_tc_name(t, nt) for t in sorted(mmvq.TC_TYPES) for nt in mmvq.TC_TILES] + ["fs_mma_check"]
+    return KernelsOnCpu(["mmvq", "mmvq_tc", "norm", "activation"], [*names, *NORM_KERNELS, *GATE_KERNELS])
+
+
+def _tc_name(ggml_type: int, tiles: int) -> str:
+    return f"fs_mmvq_tc_{qmatmul.TYPES[ggml_type].kernel}_n{tiles}"
 
 
 def _quantise_on_cpu(on_cpu: KernelsOnCpu, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -325,9 +330,13 @@ def _matmul_on_cpu(
     bias: np.ndarray | None = None,
     accumulate: bool = False,
     rows_per_group: int | None = None,
+    tc_split: int | None = None,
 ) -> np.ndarray:
-    """mmvq.matmul's launches (mmvq.plan), run on the CPU."""
-    for step in mmvq.plan(ggml_type, shape, qx[0].shape[0], warps, 32, rows_per_group):
+    """mmvq.matmul's launches (mmvq.plan), run on the CPU; tc_split: as on a GPU with int8 tensor cores,
+    mmvq_tc.cu split over that many warps."""
+    tc = tc_split is not None
+    n_b = qx[0].shape[0]
+    for step in mmvq.plan(ggml_type, shape, n_b, warps, 32, rows_per_group, tc, tc_split or 1):
         rows = slice(step.first, step.first + step.rows)
         args = (packed, *(a[rows] for a in qx), out[rows], np.uint64(0) if bias is None else bias)
         ints = (shape[0], shape[1], step.rows, int(accumulate))
@@ -392,6 +401,103 @@ def test_mmvq_on_the_cpu_adds_the_bias_and_accumulates(on_cpu: KernelsOnCpu, ggm
     np.testing.assert_array_equal(with_bias, plain + bias)
     both = _matmul_on_cpu(on_cpu, packed, ggml_type, shape, qx, 2, residual.copy(), bias, accumulate=True)
     np.testing.assert_array_equal(both, (plain + bias) + residual)
+
+
+@pytest.mark.parametrize("ggml_type", sorted(mmvq.TC_TYPES), ids=_name)
+@pytest.mark.parametrize("shape", SIM_SHAPES, ids=str)
+def test_simulated_tc_kernel_is_w_times_x_hat_within_the_bound(
+    ggml_type: int, shape: tuple[int, int]
+) -> None:
+    raw = random_weight(ggml_type, shape, seed=shape[1] + 7 * ggml_type)
+    packed = mmvq.pack_planes(raw, ggml_type, shape)
+    w = dequantize(raw, ggml_type, shape)
+    x = np.random.default_rng(17).standard_normal((11, shape[1]), dtype=np.float32)
+    qx = port.quantize_rows(x)
+    for warps in sorted({1, 2, 4, mmvq.tc_warps(*shape)}):
+        y = port.simulate_mmvq_tc(packed, ggml_type, shape, qx, warps)
+        assert_is_w_times_x_hat(y, w, port.dequantized(qx[0], qx[1]))
+        assert_within_the_bound(y, w, x, qx[1])
+
+
+@pytest.mark.parametrize("ggml_type", sorted(mmvq.TC_TYPES), ids=_name)
+@pytest.mark.parametrize("shape", [(21, 768), (16, 512)], ids=str)
+def test_tc_kernel_on_the_cpu_is_its_port(
+    on_cpu: KernelsOnCpu, ggml_type: int, shape: tuple[int, int]
+) -> None:
+    """mmvq_tc.cu with the mma's portable form (compat.cuh): the kernel's fragments, steps, warps and
+    epilogue against the port, for 1 to 3 tiles of rows of x."""
+    raw = random_weight(ggml_type, shape, seed=3 * shape[1] + ggml_type)
+    packed = mmvq.pack_planes(raw, ggml_type, shape)
+    w = dequantize(raw, ggml_type, shape)
+    x = np.random.default_rng(18).standard_normal((17, shape[1]), dtype=np.float32)
+    qx = _quantise_on_cpu(on_cpu, x)
+    x_hat = port.dequantized(qx[0], qx[1])
+    for warps in (1, 2, 4):
+        want = port.simulate_mmvq_tc(packed, ggml_type, shape, qx, warps)
+        first: np.ndarray | None = None
+        for n_b in (9, 13, 17):  # 2 and 3 tiles; the table's launches
+            sub = tuple(a[:n_b] for a in qx)
+            y = _matmul_on_cpu(
+                on_cpu,
+                packed,
+                ggml_type,
+                shape,
+                sub,
+                1,
+                np.full((n_b, shape[0]), np.nan, np.float32),
+                tc_split=warps,
+            )
+            assert_is_w_times_x_hat(y, w, x_hat[:n_b])
+            assert np.mean(y == want[:n_b]) >= 0.99, f"{np.mean(y != want[:n_b]):.2%} differ from the port"
+            first = y[0] if first is None else first
+            np.testing.assert_array_equal(y[0], first)  # a row of y: the same for any rows of x
+        for n_b in (1, 5, 8):  # one tile, launched directly (the table keeps these on dp4a)
+            out = np.full((n_b, shape[0]), np.nan, np.float32)
+            args = (packed, *(a[:n_b] for a in qx), out, np.uint64(0))
+            ints = (*shape, n_b, 0)
+            on_cpu.launch(
+                _tc_name(ggml_type, 1),
+                (-(-shape[0] // 16),),
+                (32 * warps,),
+                (*args, *(np.int32(i) for i in ints)),
+            )
+            np.testing.assert_array_equal(out[0], first)
+
+
+def _word(values: np.ndarray) -> int:
+    """Four int8 as one little-endian u32, as a fragment register holds them."""
+    return int(np.frombuffer(np.asarray(values, np.int8).tobytes(), np.uint32)[0])
+
+
+def test_the_portable_mma_is_the_products_of_its_fragments(on_cpu: KernelsOnCpu) -> None:
+    """compat.cuh's fragments: C = A B + C with A, B and C laid out over the lanes as PTX's mma.sync .s8 does
+    (lane 4 g + t: A rows g and g + 8 at k 4t.. and 16 + 4t.., B column g, C columns 2t, 2t + 1)."""
+    rng = np.random.default_rng(19)
+    a_tile = rng.integers(-128, 128, size=(16, 32))
+    b_tile = rng.integers(-128, 128, size=(32, 8))
+    a = np.zeros((32, 4), np.uint32)
+    b = np.zeros((32, 2), np.uint32)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        k0, k1 = slice(4 * t, 4 * t + 4), slice(16 + 4 * t, 20 + 4 * t)
+        a[lane] = [
+            _word(a_tile[g, k0]),
+            _word(a_tile[g + 8, k0]),
+            _word(a_tile[g, k1]),
+            _word(a_tile[g + 8, k1]),
+        ]
+        b[lane] = [_word(b_tile[k0, g]), _word(b_tile[k1, g])]
+    out = np.zeros(512, np.int32)
+    on_cpu.launch("fs_mma_check", (1,), (32,), (a, b, out))
+    start = np.zeros((16, 8), np.int64)  # the kernel's C before the mma: 1, 2 / 3, 4 per lane
+    start[:8, 0::2], start[:8, 1::2], start[8:, 0::2], start[8:, 1::2] = 1, 2, 3, 4
+    c32, c16 = a_tile @ b_tile + start, a_tile[:, :16] @ b_tile[:16] + start
+    got = out.reshape(2, 32, 8)  # [instruction, portable][lane][k32 c0..c3, k16 c0..c3]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        want = [c[r, 2 * t + j] for c in (c32, c16) for r in (g, g + 8) for j in (0, 1)]
+        np.testing.assert_array_equal(got[1, lane], want)
+        np.testing.assert_array_equal(got[0, lane], want)  # on the CPU the instruction is the portable form
 
 
 def _norm_on_cpu(on_cpu: KernelsOnCpu, kernel: str, arrays: list[np.ndarray], d: int, q8: tuple = ()) -> None:
@@ -490,17 +596,18 @@ def test_mmvq_matches_reference_for_every_width(ggml_type: int, shape: tuple[int
     weight, w, _ = _device_case(ggml_type, shape)
     x = np.random.default_rng(3).standard_normal((max(BATCHES), shape[1]), dtype=np.float32)
     qx_all = port.quantize_rows(x)
-    first = None
+    tc = mmvq.tensor_cores() and ggml_type in mmvq.TC_TYPES
+    first: dict[bool, np.ndarray] = {}
     for b in BATCHES:
         qx = _quantised(x[:b])
         out = cupy.full((b, shape[0]), np.nan, dtype=cupy.float32)
         mmvq.matmul(qx, weight, out)
         y = cupy.asnumpy(out)
         assert_within_the_bound(y, w, x[:b], qx_all[1][:b])
-        if first is None:
-            first = y[0]
-        else:  # row 0 of y is the same whatever the rows of x: verify == decode
-            np.testing.assert_array_equal(y[0], first)
+        # row 0 of y is the same whatever the rows of x (verify == decode), per kernel: mmvq_tc.cu from
+        # TC_MIN_ROWS rows sums in its own order
+        kernel = tc and b >= mmvq.TC_MIN_ROWS
+        np.testing.assert_array_equal(y[0], first.setdefault(kernel, y[0]))
     qx = _quantised(x[:8])
     outs = []
     for r in (2, 4):  # the entry points of 8 rows of x: 2 and 4 rows per lane group
@@ -508,6 +615,51 @@ def test_mmvq_matches_reference_for_every_width(ggml_type: int, shape: tuple[int
         mmvq.matmul(qx, weight, out, rows_per_group=r)
         outs.append(cupy.asnumpy(out))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+needs_tensor_cores = pytest.mark.skipif(
+    not HAVE_GPU or not mmvq.tensor_cores(),
+    reason="needs an NVIDIA GPU with int8 mma (compute capability 8.0)",
+)
+
+
+@gpu_test
+@needs_tensor_cores
+def test_the_mma_instruction_is_its_portable_form() -> None:
+    rng = np.random.default_rng(20)
+    a = rng.integers(0, 2**32, size=(32, 4), dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, size=(32, 2), dtype=np.uint64).astype(np.uint32)
+    out = cupy.zeros(512, dtype=cupy.int32)
+    runtime.launch("mmvq_tc", "fs_mma_check", (1,), (32,), (cupy.asarray(a), cupy.asarray(b), out))
+    got = cupy.asnumpy(out).reshape(2, 32, 8)
+    np.testing.assert_array_equal(got[0], got[1])  # the instruction's fragments are the portable form's
+    assert np.any(got[0] != np.array([1, 2, 3, 4] * 2))
+
+
+@gpu_test
+@needs_tensor_cores
+@pytest.mark.parametrize("ggml_type", sorted(mmvq.TC_TYPES), ids=_name)
+@pytest.mark.parametrize("shape", [(7, 512), (1536, 8960), (4608, 3584), (3584, 18944)], ids=str)
+def test_tc_kernel_matches_reference_for_the_verify_widths(
+    on_cpu: KernelsOnCpu, ggml_type: int, shape: tuple[int, int]
+) -> None:
+    weight, w, raw = _device_case(ggml_type, shape)
+    x = np.random.default_rng(21).standard_normal((17, shape[1]), dtype=np.float32)
+    xd = port.quantize_rows(x)[1]
+    first = None
+    for b in range(mmvq.TC_MIN_ROWS, 18):
+        out = cupy.full((b, shape[0]), np.nan, dtype=cupy.float32)
+        mmvq.matmul(_quantised(x[:b]), weight, out)
+        y = cupy.asnumpy(out)
+        assert_within_the_bound(y, w, x[:b], xd[:b])
+        first = y[0] if first is None else first
+        np.testing.assert_array_equal(y[0], first)
+    if shape[0] < 16:  # the device against the CPU run of the same source (one tile), bit for bit
+        want = np.zeros((17, shape[0]), np.float32)
+        packed = mmvq.pack_planes(raw, ggml_type, shape)
+        qx = _quantise_on_cpu(on_cpu, x)
+        _matmul_on_cpu(on_cpu, packed, ggml_type, shape, qx, weight.warps, want, tc_split=weight.tc_split)
+        np.testing.assert_array_equal(y, want)
 
 
 @gpu_test
