@@ -109,12 +109,45 @@ class Endpoint:
             f"aider --openai-api-base {shlex.quote(self.base_url)} --openai-api-key {shlex.quote(key)} "
             f"--model {shlex.quote('openai/' + self.model)}\n"
         )
+        root = self.base_url.removesuffix("/v1")  # Anthropic's clients add /v1/messages themselves
+        claude_code = (
+            f"ANTHROPIC_BASE_URL={shlex.quote(root)} ANTHROPIC_AUTH_TOKEN={shlex.quote(key)} "
+            f"ANTHROPIC_MODEL={shlex.quote(self.model)} ANTHROPIC_SMALL_FAST_MODEL={shlex.quote(self.model)} "
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude\n"
+        )
+        codex = (
+            "# ~/.codex/config.toml (Codex speaks the Responses API)\n"
+            f'model = "{self.model}"\n'
+            'model_provider = "foresight"\n\n'
+            "[model_providers.foresight]\n"
+            'name = "Foresight"\n'
+            f'base_url = "{self.base_url}"\n'
+            'wire_api = "responses"\n'
+        )
+        if self.api_key:
+            codex += f'env_key = "FORESIGHT_API_KEY"\n# export FORESIGHT_API_KEY={shlex.quote(self.api_key)}\n'
+        opencode = {
+            "$schema": "https://opencode.ai/config.json",
+            "provider": {
+                "foresight": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "Foresight",
+                    "options": {"baseURL": self.base_url, "apiKey": key},
+                    "models": {self.model: {"name": self.model, "limit": {"context": self.context}}},
+                }
+            },
+            "model": f"foresight/{self.model}",
+        }
+        opencode_text = "// opencode.json in the project\n" + json.dumps(opencode, indent=2)
         generic = (
             f"OPENAI_BASE_URL={shlex.quote(self.base_url)}\n"
             f"OPENAI_API_KEY={shlex.quote(key)}\n"
             f"model: {self.model}\n"
         )
         return {
+            "Claude Code": claude_code,
+            "Codex": codex,
+            "opencode": opencode_text,
             "Continue": continue_yaml,
             "Zed": zed_text,
             "Cline": cline,
