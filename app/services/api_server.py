@@ -125,7 +125,8 @@ class Endpoint:
             'wire_api = "responses"\n'
         )
         if self.api_key:
-            codex += f'env_key = "FORESIGHT_API_KEY"\n# export FORESIGHT_API_KEY={shlex.quote(self.api_key)}\n'
+            codex += 'env_key = "FORESIGHT_API_KEY"\n'
+            codex += f"# export FORESIGHT_API_KEY={shlex.quote(self.api_key)}\n"
         opencode = {
             "$schema": "https://opencode.ai/config.json",
             "provider": {

@@ -41,9 +41,8 @@ def test_without_a_safe_keyring_the_key_lasts_for_this_run_and_says_so() -> None
 def test_client_settings_carry_the_address_model_and_key() -> None:
     e = Endpoint("http://127.0.0.1:8080/v1", "qwen2.5-coder-1.5b-instruct-q4_k_m", 4096, "s3cret-key")
     configs = e.clients()
-    assert set(configs) == {
-        *("Claude Code", "Codex", "opencode", "Continue", "Zed", "Cline", "aider", "Any OpenAI client", "curl")
-    }
+    names = ("Claude Code", "Codex", "opencode", "Continue", "Zed", "Cline", "aider", "Any OpenAI client")
+    assert set(configs) == {*names, "curl"}
     cont = yaml.safe_load(configs["Continue"])["models"][0]
     assert cont == {
         "name": "Foresight",
@@ -65,10 +64,13 @@ def test_client_settings_carry_the_address_model_and_key() -> None:
     assert claude[:2] == ["ANTHROPIC_BASE_URL=http://127.0.0.1:8080", "ANTHROPIC_AUTH_TOKEN=s3cret-key"]
     assert claude[-1] == "claude"
     codex = tomllib.loads(configs["Codex"])
-    assert codex["model"] == e.model and codex["model_provider"] == "foresight"
+    assert codex["model"] == e.model
+    assert codex["model_provider"] == "foresight"
     provider = codex["model_providers"]["foresight"]
-    assert provider["base_url"] == e.base_url and provider["wire_api"] == "responses"
-    assert provider["env_key"] == "FORESIGHT_API_KEY" and "FORESIGHT_API_KEY=s3cret-key" in configs["Codex"]
+    assert provider["base_url"] == e.base_url
+    assert provider["wire_api"] == "responses"
+    assert provider["env_key"] == "FORESIGHT_API_KEY"
+    assert "FORESIGHT_API_KEY=s3cret-key" in configs["Codex"]
     opencode_json = "\n".join(line for line in configs["opencode"].splitlines() if not line.startswith("//"))
     opencode = json.loads(opencode_json)
     assert opencode["provider"]["foresight"]["options"] == {"baseURL": e.base_url, "apiKey": "s3cret-key"}
