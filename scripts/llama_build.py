@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Over 500 lines: a standalone script (no Foresight imports: it runs before the venv has them).
 """Which llama.cpp build this machine gets, built once per flag set into a cache keyed by the flags.
 
 `make run`, `make serve`, `make test` and `make installer` install llama-cpp-python through this script:

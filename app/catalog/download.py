@@ -1,3 +1,4 @@
+# Over 500 lines: one job's whole life (plan, resume, verify, pause, cancel, install) under one lock.
 """Hugging Face downloads: a model pair is one job, resumable after a kill, verified, never half-installed.
 
 huggingface_hub provides the endpoint (`HF_ENDPOINT` honoured), URLs, headers, file metadata (size, the

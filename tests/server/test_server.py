@@ -1,3 +1,4 @@
+# Over 500 lines: the OpenAI routes as clients meet them share one server per model, started once.
 """The engine's OpenAI-compatible server as clients meet it: a real subprocess on port 0, real models."""
 
 from __future__ import annotations

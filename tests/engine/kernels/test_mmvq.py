@@ -1,3 +1,4 @@
+# Over 500 lines: mmvq.cu and mmvq_tc.cu through their port, their CPU run and the device, sharing fixtures.
 """The int8-activation GEMV (native/mmvq.cu via app.engine.kernels.mmvq) against gguf's dequantisation.
 
 CPU tests (no marker) run tests/support/mmvq_port.py -- the kernel's quantiser, byte reads, masks and

@@ -1,3 +1,4 @@
+# Over 500 lines: one test group per kernel source of ops.py, sharing the reference's fixtures.
 """The native kernels (native/*.cu through app.engine.kernels.ops) against the NumPy reference over shapes.
 
 Every test but the first needs CuPy and a GPU: those are marked `gpu` and skip without one. The first

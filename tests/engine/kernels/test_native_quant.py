@@ -1,3 +1,4 @@
+# Over 500 lines: every weight type of gemv.cu through its port and on the device, sharing the port.
 """Quantised GEMV and get_rows (native/gemv.cu via app.engine.kernels.qmatmul) against gguf's dequantisation.
 
 CPU tests (no marker) run a NumPy port of the kernels -- the same byte offsets, aligned-word reads and
