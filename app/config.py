@@ -116,7 +116,6 @@ class EngineSettings(Section):
     )
     max_images: int = Field(4, ge=1, le=64, description="images taken per request at most")
 
-
     @field_validator("n_ctx")
     @classmethod
     def _context_or_auto(cls, value: int) -> int:
@@ -135,7 +134,12 @@ class ServerSettings(Section):
 
     host: str = Field("127.0.0.1", description="address to listen on (not loopback: needs FORESIGHT_API_KEY)")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0: the OS picks a free one)")
-    queue_size: int = Field(8, ge=1, le=1024, description="requests waiting for the engine before 503")
+    queue_size: int = Field(
+        64, ge=1, le=1024, description="requests waiting for the engine before 503 server_busy"
+    )
+    per_client: int = Field(
+        8, ge=1, le=1024, description="requests one client may have running or waiting before 429"
+    )
     cors_origin: str | None = Field(None, description="browser origin allowed by CORS (unset: CORS off)")
 
 

@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="the engine process: an OpenAI-compatible HTTP API (READY port=<n>)")
     _model_flags(serve)
     _sampling_flags(serve)
-    add_section_flags(serve, "server", ["host", "port", "queue_size", "cors_origin"])
+    add_section_flags(serve, "server", ["host", "port", "queue_size", "per_client", "cors_origin"])
     serve.add_argument(
         "--token-stdin",
         action="store_true",

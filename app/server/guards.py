@@ -1,8 +1,12 @@
-"""The checks before any route runs: closing, Host (DNS rebinding), Origin and body type (web pages), keys."""
+"""The checks before any route runs: closing, Host (DNS rebinding), Origin and body type (web pages), keys;
+and who the client is, for admission and KV slots."""
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
 import hmac
+from dataclasses import dataclass
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -16,6 +20,18 @@ PRIVATE_ONLY = ("/admin", "/props")  # absent on the public listener (/props sho
 OPEN_PATHS = ("/", "/health")  # answered without a key: they say only whether the engine is up
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JSON_TYPES = frozenset({"application/json"})
+WINDOW_CLIENT = "window"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent the request being handled, and its ASGI receive (it says when that client has gone)."""
+
+    client: str
+    receive: Receive | None = None
+
+
+_caller: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("foresight_caller", default=None)
 
 
 def key_matches(given: str, keys: tuple[str, ...]) -> bool:
@@ -32,6 +48,22 @@ def presented_key(headers: Headers) -> str:
     if scheme.lower() == "bearer" and given.strip():
         return given
     return headers.get("x-api-key", "")
+
+
+def client_identity(state: AppState, headers: Headers, address: str) -> str:
+    """Who sent a request: the desktop window (its per-launch token), else an API key (as a hash: a key is
+    never kept or logged), else the remote address. Each is one client for admission and KV slots."""
+    given = presented_key(headers)
+    if state.admin_token and key_matches(given, (state.admin_token,)):
+        return WINDOW_CLIENT
+    if state.api_key and key_matches(given, (state.api_key,)):
+        return "key:" + hashlib.sha256(state.api_key.encode()).hexdigest()[:16]
+    return f"address:{address}"
+
+
+def current_caller() -> Caller:
+    """The caller of the request being handled (set by the Guard before any route runs)."""
+    return _caller.get() or Caller("")
 
 
 def _has_body(headers: Headers) -> bool:
@@ -56,6 +88,8 @@ class Guard:
             if error is not None:
                 await error.response(scope["path"])(scope, receive, send)
                 return
+            address = (scope.get("client") or ("unknown", 0))[0]
+            _caller.set(Caller(client_identity(self.state, Headers(scope=scope), address), receive))
         await self.app(scope, receive, send)
 
     def _check(self, scope: Scope) -> APIError | None:

@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive
 
 from app.engine import grammar
 from app.engine.sampling import LogprobTrace, SamplingParams
 from app.engine.stats import SpecStats
 from app.engine.tools import Parsed, ToolCall, ToolCallParser, finish_reason, forced_prefill
+from app.server.admission import Results
 from app.server.errors import APIError
+from app.server.guards import current_caller
 from app.server.state import AppState
 from app.server.worker import (
     END,
@@ -36,6 +39,7 @@ log = logging.getLogger("foresight.server")
 MAX_BODY_BYTES = 2 * 1024 * 1024
 DRAIN_LIMIT = 16 * MAX_BODY_BYTES  # read (and drop) this much of an oversized body so the client sees 413
 HEARTBEAT_S = 15.0
+_JOB_HAS_CLIENT = "client" in {f.name for f in fields(Job)}
 
 
 @dataclass(frozen=True)
@@ -197,15 +201,21 @@ async def start(state: AppState, job: Job, streamed: bool = False) -> Any:
 
     A stream returns once the prompt is rendered and fits (its headers go out before a long prefill,
     which clients time out on); anything else waits for the first result."""
+    caller = current_caller()
+    if _JOB_HAS_CLIENT:
+        job.client = caller.client  # type: ignore[attr-defined]  # the worker keeps each client's prefix apart
+    results = state.admission.admit(caller.client, job.cancel)  # 503 or 429 before the worker sees it
+    job.results = results  # the engine thread's puts mark the ticket's start and end
     state.jobs.add(job)
     try:
         state.worker.submit(job)
     except NotReady:
+        state.admission.withdraw(results.ticket)
         raise not_loaded(state.worker.state) from None
     except QueueFull:
-        raise APIError(
-            503, "the engine is busy; retry shortly", "server_busy", headers={"Retry-After": "1"}
-        ) from None
+        raise state.admission.busy(results.ticket) from None
+    # A client that leaves while its job waits cancels it: the worker drops it before its prefill.
+    watcher = asyncio.ensure_future(cancel_on_disconnect(caller.receive, job))
     try:
         first = await next_result(job)
         while isinstance(first, Started) and not streamed:
@@ -213,6 +223,9 @@ async def start(state: AppState, job: Job, streamed: bool = False) -> Any:
     except BaseException:
         job.cancel.set()
         raise
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
     if isinstance(first, ShuttingDown):
         raise APIError(503, str(first), "server_shutting_down")
     if isinstance(first, NotReady):  # a model load or unload began while the job waited
@@ -222,6 +235,12 @@ async def start(state: AppState, job: Job, streamed: bool = False) -> Any:
     if isinstance(first, BaseException):
         raise first
     return first
+
+
+def admission_headers(job: Job) -> dict[str, str]:
+    """The job's admission as response headers: its ticket, its start order and its wait."""
+    results = job.results
+    return results.ticket.headers() if isinstance(results, Results) else {}
 
 
 async def count_prompt(state: AppState, job: Job) -> int:
@@ -282,8 +301,11 @@ class Reply:
     prompt_tokens: int
 
 
-async def cancel_on_disconnect(request: Request, job: Job) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def cancel_on_disconnect(receive: Receive | None, job: Job) -> None:
+    """Cancel the job when its client goes away (the body was read: the next message is the disconnect)."""
+    if receive is None:
+        return
+    while (await receive())["type"] != "http.disconnect":
         pass
     job.cancel.set()
 
@@ -291,7 +313,7 @@ async def cancel_on_disconnect(request: Request, job: Job) -> None:
 async def collect(request: Request, submission: Submission, first: Any) -> Reply:
     """The whole reply of a non-streamed generation, with its tool calls parsed out."""
     job = submission.job
-    watcher = asyncio.ensure_future(cancel_on_disconnect(request, job))
+    watcher = asyncio.ensure_future(cancel_on_disconnect(request.receive, job))
     content, calls, finish, stats, stop = [], [], None, SpecStats(), None
     logprobs: list[Logprob] | None = [] if job.params.logprobs is not None else None
     try:

@@ -14,12 +14,13 @@ from starlette.exceptions import HTTPException
 from app.config import Settings
 from app.engine.chat import CONTINUE_PARAM, continued
 from app.engine.errors import EngineError
-from app.server import anthropic, responses
+from app.server import admission, anthropic, responses
 from app.server.errors import APIError, error_event, render_error, stream_error
 from app.server.fields import accepted_ignored, parse_request
 from app.server.guards import Guard
 from app.server.hosts import allowed_hosts, is_loopback, machine_names
 from app.server.jobs import (
+    admission_headers,
     chat_body_limit,
     collect,
     event_stream,
@@ -101,7 +102,8 @@ async def chat_completions(request: Request) -> Response:
             logprobs=ChoiceLogprobs.of(reply.logprobs),
         )
         usage = Usage.from_stats(reply.stats)
-        return JSONResponse(ChatCompletion(id=rid, model=model, choices=[choice], usage=usage).model_dump())
+        completion = ChatCompletion(id=rid, model=model, choices=[choice], usage=usage)
+        return JSONResponse(completion.model_dump(), headers=admission_headers(submission.job))
 
     async def events() -> AsyncIterator[str]:
         created = int(time.time())
@@ -134,7 +136,7 @@ async def chat_completions(request: Request) -> Response:
             yield chunk([], usage=Usage.from_stats(stats))
         yield sse("[DONE]")
 
-    return event_stream(events())
+    return event_stream(events(), admission_headers(submission.job))
 
 
 @router.post("/v1/completions")
@@ -158,7 +160,9 @@ async def completions(request: Request) -> Response:
         choice = CompletionChoice(text=reply.content, finish_reason=reply.finish, logprobs=logprobs)
         usage = Usage.from_stats(reply.stats)
         completion = Completion(id=rid, model=model, choices=[choice], usage=usage)
-        return JSONResponse(completion.model_dump(exclude_none=True))
+        return JSONResponse(
+            completion.model_dump(exclude_none=True), headers=admission_headers(submission.job)
+        )
 
     async def events() -> AsyncIterator[str]:
         created = int(time.time())
@@ -188,7 +192,7 @@ async def completions(request: Request) -> Response:
             )
         yield sse("[DONE]")
 
-    return event_stream(events())
+    return event_stream(events(), admission_headers(submission.job))
 
 
 def _model_card(state: AppState) -> ModelCard:
@@ -257,10 +261,10 @@ async def props(request: Request) -> Response:
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    worker = app_state(request).worker
-    return PlainTextResponse(
-        worker.metrics.prometheus(worker.queue_depth), media_type="text/plain; version=0.0.4"
-    )
+    state = app_state(request)
+    worker = state.worker
+    text = worker.metrics.prometheus(worker.queue_depth) + state.admission.prometheus()
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
 # --- the app ----------------------------------------------------------------------------------------
@@ -281,6 +285,7 @@ def create_app(
     allowed = allowed_hosts(host, bool(api_key), lan)
     state = AppState(
         worker,
+        admission.for_worker(worker, server.queue_size, server.per_client),
         settings,
         api_key,
         allowed,

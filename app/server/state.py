@@ -1,4 +1,4 @@
-"""What every route of one listener shares: the worker, the settings, and what its guards check."""
+"""What every route of one listener shares: the worker, its admission, the settings, what its guards check."""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from app.config import Settings
+from app.server.admission import Admission
 from app.server.worker import Job, Worker
 
 
 @dataclass
 class AppState:
-    """Everything the routes share: the worker, the settings and what the guards check."""
+    """Everything the routes share: the worker, its admission (one for all listeners), the settings and what
+    the guards check."""
 
     worker: Worker
+    admission: Admission
     settings: Settings
     api_key: str | None
     allowed_hosts: frozenset[str]  # Host header names (without port) this listener answers to
