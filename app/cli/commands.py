@@ -106,6 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare backends on the target instead (e.g. llama,native): decode tok/s, verify cost, GB/s",
     )
     bench.add_argument(
+        "--concurrency",
+        default="",
+        help="streams at once, e.g. 1,2,4,8: that many streaming clients against the engine process, "
+        "drafting on and off: aggregate tok/s, time to first token and the speculation gain per level",
+    )
+    bench.add_argument(
+        "--url",
+        default=None,
+        help="with --concurrency: a running engine's address instead of starting one (FORESIGHT_API_KEY, "
+        "if set, is sent as its key)",
+    )
+    bench.add_argument(
         "--bandwidth",
         type=float,
         default=None,
@@ -264,6 +276,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts = [p for p in prompts if p["name"] in wanted or p.get("kind") in wanted]
         if not prompts:
             raise SystemExit(f"no prompt in {args.prompts} is named or of kind {args.only!r}")
+    if args.concurrency:
+        from app.cli import concurrency
+
+        return concurrency.main(args, prompts, _settings(args))
     if args.no_draft and _settings(args).engine.rpc:  # plain decoding here vs over the RPC workers
         from app.catalog.packaged import resolve_model
         from app.cli.rpc_bench import compare as compare_split
