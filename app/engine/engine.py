@@ -17,6 +17,7 @@ from app.engine.backends.choice import BackendChoice, choose_backend
 from app.engine.backends.llama import LlamaBackend
 from app.engine.backends.native import MAX_WIDTH as NATIVE_MAX_WIDTH
 from app.engine.backends.native import NativeBackend, native_support
+from app.engine.batching import Scheduler
 from app.engine.calibration import VerifyCosts, cost_key, measure_token_cost, measure_verify_costs
 from app.engine.chat import ChatFormat
 from app.engine.draft_choice import DraftChoice
@@ -31,8 +32,10 @@ from app.engine.drafters import (
 )
 from app.engine.drafting import Speculation
 from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
-from app.engine.generation import Chunk, GenerationRequest, StepHook, generate
+from app.engine.generation import Chunk, GenerationRequest, StepHook, Stream, generate
 from app.engine.policy import TRIAL_STEPS, DraftPolicy
+from app.engine.props import engine_props
+from app.engine.slots import Slots
 from app.engine.vision import (
     IMAGE_POSITION,
     ImageError,
@@ -93,6 +96,9 @@ def _native_or_why_not(
 
 
 UNPLACED_N_CTX = 4096  # the context of an Engine built without a placement (tests, scripts)
+# KV slots of a llama.cpp target (sequences of one unified cache; they share its n_ctx cells): requests of
+# different clients keep their prefixes apart, and up to this many streams decode in one batch.
+SLOTS = 8
 
 
 def check_settings(settings: Settings) -> None:
@@ -114,9 +120,11 @@ class Engine:
         draft: str | Path | None = None,
         settings: Settings | None = None,
         progress: Callable[[str], None] | None = None,
+        slots: int = SLOTS,
     ) -> None:
         """`progress` hears each stage by name (loading target, loading projector, loading drafter,
-        calibrating); it may raise to abandon the load, and what was loaded is closed.
+        calibrating); it may raise to abandon the load, and what was loaded is closed. `slots`: KV slots of a
+        llama.cpp target (our kernels keep one sequence).
 
         The vision projector is settings.engine.mmproj (None: the target reads no images)."""
         self.settings = settings or Settings()
@@ -130,7 +138,13 @@ class Engine:
         report("loading target")
         self.backend_reason = ""
         self.backend_choice: BackendChoice | None = None  # auto's measured choice for the target
+        # a step verifies every stream's draft in one pass of at most n_batch tokens
+        width = ds.max_draft + 1 if ds.mode != "none" else 1
+        self._n_seq = max(1, min(slots, es.n_batch // width))
         self.target = self._load_target(Path(target))
+        self.slots = Slots(self.target)
+        self.scheduler = Scheduler(self.target, self.slots)
+        self._shared_stream: Stream | None = None  # the open stream that drafts with the engine's drafter
         self.draft_model: Backend | None = None
         self.draft_backend_reason = ""
         self.draft_chat: ChatFormat | None = None
@@ -197,6 +211,7 @@ class Engine:
                 tensor_split=es.tensor_split,
                 device_argmax=es.device_argmax,
                 flash_attn=es.flash_attn,
+                n_seq=self._n_seq,
             )
 
         if native is None:
@@ -361,88 +376,79 @@ class Engine:
         request: GenerationRequest,
         cancel: threading.Event | None = None,
         on_step: StepHook | None = None,
+        client: str = "",
     ) -> Iterator[Chunk]:
+        """One generation in the KV slot of `client` (see slots.py) whose prefix its prompt shares most."""
         if request.stop and not all(isinstance(s, str) for s in request.stop):
             raise InvalidRequest("stop must be a list of strings")
         req = dataclasses.replace(request, stop=[*request.stop, *self.chat.stop])
         if request.speculative:
             self.choice.next_generation(self.policy)
-        return self.choice.tallied(generate(self.target, req, self.speculation, cancel, on_step))
+        slot = self.slots.acquire(client, list(request.prompt), self.room_needed(request))
+        try:
+            self.slots.select(slot)
+            yield from self.choice.tallied(generate(self.target, req, self.speculation, cancel, on_step))
+        finally:
+            self.slots.release(slot)
+
+    # --- streams, batched (the server's worker) --------------------------------------------------------
+    def open_stream(
+        self, request: GenerationRequest, cancel: threading.Event | None, client: str, tag: Any
+    ) -> Stream | None:
+        """A generation that joins the batch at the next step (None: no slot or KV room for it yet, try
+        again when a stream has ended). A stream that opens while others run drafts by its own n-gram
+        lookup: the engine's drafter (a model, with one cache) and policy serve one stream at a time."""
+        if request.stop and not all(isinstance(s, str) for s in request.stop):
+            raise InvalidRequest("stop must be a list of strings")
+        need = self.room_needed(request)
+        if not self.slots.fits(need):
+            return None
+        req = dataclasses.replace(request, stop=[*request.stop, *self.chat.stop])
+        shared = not self.scheduler.entries
+        if shared and request.speculative:
+            self.choice.next_generation(self.policy)
+        slot = self.slots.acquire(client, list(request.prompt), need)
+        try:
+            self.slots.select(slot)
+            stream = Stream(self.target, req, self.speculation if shared else self._own_lookup(), cancel)
+        except BaseException:
+            self.slots.release(slot)
+            raise
+        if shared:
+            self._shared_stream = stream
+        self.scheduler.add(stream, slot, tag)
+        return stream
+
+    def _own_lookup(self) -> Speculation | None:
+        """A stream's own n-gram lookup and policy, for a stream that runs beside others."""
+        if self.costs is None:
+            return None
+        ds = self.settings.draft
+        lookup = NgramDrafter(ds.ngram_min, max(ds.ngram_min, ds.ngram_max))
+        return Speculation(lookup, DraftPolicy(self.costs, ds.max_draft, 0.0, ds.adaptive))
+
+    def step_streams(self) -> list[tuple[Any, Chunk | Exception]]:
+        """One step of every open stream: (its tag, a chunk to send or the error that ended it)."""
+        out = []
+        for entry, outcome in self.scheduler.step():
+            ended = isinstance(outcome, Exception) or outcome.finish_reason is not None
+            if ended and entry.stream is self._shared_stream:
+                self._shared_stream = None
+                stats = outcome.stats if isinstance(outcome, Chunk) else None
+                if stats is not None and stats.draft_source != "none":
+                    self.choice.gained.add(stats)
+            out.append((entry.tag, outcome))
+        return out
+
+    def room_needed(self, request: GenerationRequest) -> int:
+        """Cells a generation may hold at most: its prompt, its reply and a draft past it."""
+        ds = self.settings.draft
+        draft = ds.max_draft + 1 if self.drafter is not None else 1
+        return min(self.target.n_ctx, len(request.prompt) + request.max_tokens + draft)
 
     def props(self) -> dict[str, Any]:
-        t = self.target
-        out: dict[str, Any] = {
-            "target": {
-                "path": t.facts.path,
-                "name": t.facts.name,
-                "architecture": t.facts.architecture,
-                "parameters": t.facts.n_params,
-                "weights_bytes": t.facts.weights_bytes,
-                "kv_bytes_per_token": t.facts.kv_bytes_per_token,
-                "n_ctx": t.n_ctx,
-                "n_ctx_train": t.facts.n_ctx_train,
-                "device": t.facts.device,
-                "device_reason": t.device_reason,
-                "gpu_layers": t.facts.gpu_layers,
-                "n_layer": t.facts.n_layer,
-                "main_gpu": t.main_gpu,
-                "tensor_split": t.tensor_split,
-                "threads": t.n_threads,
-                "backend": t.backend_name,
-                "backend_reason": self.backend_reason,
-                "backend_choice": self.backend_choice.as_dict() if self.backend_choice else None,
-            },
-            "chat_template": self.chat.source,
-            "capabilities": {
-                "tools": self.chat.tool_format is not None,
-                "tool_call_format": self.chat.tool_format,
-                "fill_in_the_middle": t.fim_tokens() is not None,
-            },
-            "draft": {
-                "source": self.drafter.source if self.drafter else "none",
-                "choice": self.choice.describe(self.drafter, self.policy),
-            },
-            "vision": self.vision is not None,
-            "placement": self.placement,
-        }
-        if self.vision is not None:
-            # A drafter model cannot see images: image prompts draft by n-gram lookup or not at all.
-            image_mode = "ngram" if self.drafter is not None and self.drafter.source == "ngram" else "plain"
-            out["projector"] = {**self.vision.info(), "image_draft_mode": image_mode}
-        if self.draft_model is not None:
-            out["draft"].update(
-                path=self.draft_model.facts.path,
-                name=self.draft_model.facts.name,
-                device=self.draft_model.facts.device,
-                backend=self.draft_model.backend_name,
-                backend_reason=self.draft_backend_reason,
-                gpu_layers=self.draft_model.facts.gpu_layers,
-                main_gpu=self.draft_model.main_gpu,
-                cost_per_token_ms=round(self.drafter.cost_per_token_s * 1e3, 3) if self.drafter else None,
-            )
-        if self.vocab_verdict is not None:
-            v = self.vocab_verdict
-            out["draft"]["vocabulary"] = {
-                "compatible": v.compatible,
-                "target_size": v.target_size,
-                "drafter_size": v.drafter_size,
-                "first_mismatch_id": v.first_mismatch_id,
-                "reasons": v.reasons,
-                "summary": v.summary(),
-            }
-        if self.policy is not None and self.costs is not None:
-            k, gain = self.policy.best()
-            out["draft"]["policy"] = {
-                "max_draft": self.policy.max_draft,
-                "adaptive": self.policy.adaptive,
-                "verify_cost_ms": [round(s * 1e3, 3) for s in self.costs.seconds],
-                "verify_cost_relative": self.costs.relative(),
-                "switch_penalty_ms": [round(s * 1e3, 3) for s in self.costs.switch or []],
-                "acceptance_estimate": [round(a, 3) for a in self.policy.acceptance()],
-                "best_draft_length": k,
-                "expected_speedup": round(gain, 3),
-            }
-        return out
+        """What /props reports: the models, where they run and why, drafting, vision, batching."""
+        return engine_props(self)
 
     def close(self) -> None:
         if getattr(self, "vision", None) is not None:

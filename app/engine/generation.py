@@ -1,4 +1,7 @@
-"""The generation loop: prefill with KV reuse, speculative steps chosen by the policy, stopping, streaming."""
+"""The generation loop: prefill with KV reuse, speculative steps chosen by the policy, stopping, streaming.
+
+A generation is a Stream of steps, so that a batch can run several side by side (batching.py).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from app.engine.backends.base import Backend
 from app.engine.drafters import common_prefix
 from app.engine.drafting import PLAIN, Drafting, Speculation
 from app.engine.errors import ContextLengthExceeded, InvalidRequest
 from app.engine.sampling import Sampler, SamplingParams
-from app.engine.speculative import sampled_rows, verify
+from app.engine.speculative import StepResult, accept_best, accept_rows, sampled_rows, verify
 from app.engine.stats import SpecStats
 
 if TYPE_CHECKING:
@@ -144,33 +149,213 @@ def _checked_prompt(target: Backend, request: GenerationRequest) -> list[int]:
     return prompt
 
 
+def reproducible(request: GenerationRequest) -> bool:
+    """A seeded sampled request: its text must not depend on what the cache held or what was drafted.
+
+    llama.cpp's CPU kernels round a row differently by the pass it sits in (on gemma-3-270m the logits
+    move by up to ~1.0 between a prompt fed in one pass or two, and between a verify pass and a plain
+    step), so such a request decodes plainly and reuses only a prefix fed as its own cold prefill would.
+    """
+    return request.params.seed is not None and not request.params.greedy
+
+
+SEEDED_PLAIN = "a seeded sampled request decodes plainly: its draws must not depend on drafting"
+
+
 def _drafting(
     speculation: Speculation | None, request: GenerationRequest, clock: Callable[[], float]
 ) -> Drafting | None:
     """How this request drafts; None: it decodes plainly."""
-    if speculation is None or not request.speculative:
+    if speculation is None or not request.speculative or reproducible(request):
         return None
     if request.media is not None and speculation.drafter.source != "ngram":
         return None  # a drafter model never saw the image; a lookup in the prompt and the reply still works
     return Drafting(speculation, clock, images=request.media is not None)
 
 
+def _feed(target: Backend, tokens: list[int]) -> None:
+    """Tokens into the target's KV with no logits wanted: llama.cpp takes them without an output row; a
+    backend without `feed` (our kernels) decodes them and drops the last row."""
+    feed = getattr(target, "feed", None)
+    if feed is not None:
+        feed(tokens)
+    else:
+        target.decode(tokens, len(tokens) - 1)
+
+
+def reusable(target: Backend, prompt: list[int], request: GenerationRequest) -> int:
+    """How much of the prompt the target's KV may keep: the prefix they share, short of the last token;
+    for a reproducible request only what was fed as a cold prefill of this prompt would feed it."""
+    reuse = min(common_prefix(target.kv_tokens, prompt), len(prompt) - 1)
+    if request.media is not None:
+        reuse = min(reuse, request.media.first_image)  # an image is evaluated anew, and so is all after it
+    if reproducible(request):
+        aligned = getattr(target, "aligned_prefix", None)  # our kernels: none, the prompt is fed anew
+        reuse = min(reuse, aligned() if aligned is not None else 0)
+    return reuse
+
+
 def _prefill(
-    target: Backend, sampler: Sampler, prompt: list[int], media: MediaPrompt | None, stats: SpecStats
+    target: Backend, sampler: Sampler, request: GenerationRequest, prompt: list[int], stats: SpecStats
 ) -> int:
     """Evaluate the prompt where the target's KV does not hold it yet; returns the first reply token."""
-    reuse = min(common_prefix(target.kv_tokens, prompt), len(prompt) - 1)
-    if media is not None:
-        reuse = min(reuse, media.first_image)  # an image is evaluated anew, and so is all after it
+    media = request.media
+    reuse = reusable(target, prompt, request)
     target.rollback(reuse)
     stats.reused_tokens = reuse
     if media is not None:
         media.prefill(target, reuse)  # up to the last prompt token, which the decode below takes
-        reuse = len(prompt) - 1
+    elif reuse < len(prompt) - 1:
+        _feed(target, prompt[reuse:-1])
+    # The last prompt token goes alone, whatever the cache held: its logits come from a pass of the same
+    # shape cold or cached (llama.cpp rounds a one-row pass differently from a wider one), so a seed gives
+    # the same first draw either way.
     if sampler.params.plain_greedy:
-        return target.decode_argmax(prompt[reuse:], len(prompt) - reuse - 1)[0]
-    rows = sampled_rows(target, sampler, prompt[reuse:], len(prompt) - reuse - 1)
+        return target.decode_argmax(prompt[-1:], 0)[0]
+    rows = sampled_rows(target, sampler, prompt[-1:], 0)
     return sampler.pick(rows[0], prompt)
+
+
+class Stream:
+    """One generation as steps: generate() runs it alone, batching.py side by side with others.
+
+    prefill (or begin, with the first token a batched prefill gave), then per step: advance (commit the
+    last step's tokens: a Chunk to send, the last with its finish reason), plan (the next pass's input),
+    and step (a pass of its own) or take (rows of a shared pass). The target's selected sequence is this
+    stream's while any of these run.
+    """
+
+    def __init__(
+        self,
+        target: Backend,
+        request: GenerationRequest,
+        speculation: Speculation | None = None,
+        cancel: threading.Event | None = None,
+        on_step: StepHook | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.target = target
+        self.request = request
+        self.prompt = _checked_prompt(target, request)
+        self.drafting = _drafting(speculation, request, clock)
+        self.stats = SpecStats(
+            draft_source=self.drafting.source if self.drafting else "none", prompt_tokens=len(self.prompt)
+        )
+        media = request.media
+        if media is not None:
+            self.stats.images, self.stats.image_tokens = media.images, media.image_tokens
+            self.stats.image_mode = "ngram" if self.drafting else "plain"
+        if speculation is not None and request.speculative and reproducible(request):
+            self.stats.fallback_reason = SEEDED_PLAIN
+        self.sampler = Sampler(request.params, target.n_vocab)
+        self.cancel = cancel
+        self.on_step = on_step
+        self.clock = clock
+        self.done = False
+        self._t0 = clock()
+        self._decode_t0 = self._step_t0 = self._t0
+        self._answer: _Answer | None = None
+        self._pending: tuple[list[int], list[bool]] = ([], [])
+        self._draft = PLAIN
+
+    @property
+    def committed(self) -> list[int]:
+        """Prompt and reply so far, ending with the pending token (not in the KV yet)."""
+        return self._answer.committed if self._answer else self.prompt
+
+    @property
+    def started(self) -> bool:
+        return self._answer is not None
+
+    def prefill(self) -> None:
+        """The prompt in a pass (or passes) of its own, and the first reply token from it."""
+        self.begin(_prefill(self.target, self.sampler, self.request, self.prompt, self.stats))
+
+    def reuse(self) -> int:
+        """For a batched prefill: keep the cached prefix the prompt shares; returns where the rest starts."""
+        reuse = reusable(self.target, self.prompt, self.request)
+        self.target.rollback(reuse)
+        self.stats.reused_tokens = reuse
+        return reuse
+
+    def first(self, row: np.ndarray, best: int) -> int:
+        """The first reply token from the last prompt token's row (best: that row's argmax)."""
+        return best if self.sampler.params.plain_greedy else self.sampler.pick(row, self.prompt)
+
+    def begin(self, first: int) -> None:
+        if self.drafting is not None:
+            self.drafting.begin(self.prompt, self.request.draft_prompt)
+        self.stats.prefill_s = self.clock() - self._t0
+        self._answer = _Answer(self.target, self.prompt, self.request)
+        self._decode_t0 = self.clock()
+        self._pending = ([first], [False])
+
+    def abandon(self) -> Chunk:
+        """The final chunk of a stream cancelled before its prompt was read: nothing decoded, nothing sent."""
+        self.done = True
+        return Chunk("", [], [], "cancelled", self.stats)
+
+    def advance(self) -> Chunk | None:
+        """Commit the last step's tokens: the chunk they make (None: nothing to send yet); the final one
+        carries the finish reason and the stats, and leaves the stream done."""
+        answer = self._answer
+        assert answer is not None
+        kept_tokens, kept_flags, finish = answer.commit(*self._pending)
+        self._pending = ([], [])
+        self.stats.emitted = answer.generated
+        if finish is None and self.cancel is not None and self.cancel.is_set():
+            finish = "cancelled"
+        if finish is not None:
+            # The pending token never entered the KV; drop drafts past the last committed token.
+            self.target.rollback(min(len(self.target.kv_tokens), len(answer.committed) - 1))
+            if self.drafting is not None:
+                self.drafting.end(answer.committed)
+            self.stats.decode_s = self.clock() - self._decode_t0
+            self.done = True
+            return Chunk(answer.out.flush(final=True), kept_tokens, kept_flags, finish, self.stats)
+        text = answer.out.flush(final=False)
+        return Chunk(text, kept_tokens, kept_flags) if kept_tokens or text else None
+
+    def plan(self) -> list[int]:
+        """The next pass's input: the pending token, then the step's draft (none when it decodes plainly)."""
+        answer = self._answer
+        assert answer is not None
+        self._step_t0 = self.clock()
+        self._draft = PLAIN
+        if self.drafting is not None:
+            self._draft = self.drafting.draft(
+                answer.committed, answer.remaining, answer.room, answer.context_room
+            )
+        return [answer.committed[-1], *self._draft.tokens]
+
+    def step(self) -> None:
+        """The planned pass on its own: verify the draft and accept."""
+        self._took(verify(self.target, self.sampler, self.committed, self._draft.tokens, self.clock))
+
+    def take(self, rows: np.ndarray, best: list[int], verify_s: float) -> None:
+        """The planned pass's rows out of a shared pass (best: their argmaxes); the KV is left holding the
+        committed tokens and the accepted drafts."""
+        committed, draft = self.committed, self._draft.tokens
+        accepted = 0
+        try:
+            if self.sampler.params.plain_greedy:
+                tokens, accepted = accept_best(best, draft)
+            else:
+                tokens, accepted = accept_rows(self.sampler, list(rows), committed, draft)
+        finally:
+            self.target.rollback(len(committed) + accepted)
+        self._took(StepResult(tokens, accepted, verify_s))
+
+    def _took(self, result: StepResult) -> None:
+        committed, draft = self.committed, self._draft
+        if self.drafting is None:
+            host_s = self.clock() - self._step_t0 - result.verify_s
+        else:
+            host_s = self.drafting.observe(committed, draft, result, self._step_t0)
+        self.stats.record_pass(draft, result, host_s)
+        self._pending = (result.tokens, [i < result.accepted for i in range(len(result.tokens))])
+        if self.on_step is not None:
+            self.on_step(committed + result.tokens)
 
 
 def generate(
@@ -182,54 +367,13 @@ def generate(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[Chunk]:
     """Generate from request.prompt; the target's KV keeps the committed tokens for reuse by the next call."""
-    prompt = _checked_prompt(target, request)
-    media = request.media
-    drafting = _drafting(speculation, request, clock)
-    stats = SpecStats(draft_source=drafting.source if drafting else "none", prompt_tokens=len(prompt))
-    if media is not None:
-        stats.images, stats.image_tokens = media.images, media.image_tokens
-        stats.image_mode = "ngram" if drafting else "plain"
-    sampler = Sampler(request.params, target.n_vocab)
-
-    t0 = clock()
-    first = _prefill(target, sampler, prompt, media, stats)
-    if drafting is not None:
-        drafting.begin(prompt, request.draft_prompt)
-    stats.prefill_s = clock() - t0
-
-    answer = _Answer(target, prompt, request)
-    decode_t0 = clock()
-    step_tokens, step_flags = [first], [False]
+    stream = Stream(target, request, speculation, cancel, on_step, clock)
+    stream.prefill()
     while True:
-        kept_tokens, kept_flags, finish = answer.commit(step_tokens, step_flags)
-        stats.emitted = answer.generated
-        if finish is None and cancel is not None and cancel.is_set():
-            finish = "cancelled"
-        if finish is not None:
-            # The pending token never entered the KV; drop drafts past the last committed token.
-            target.rollback(min(len(target.kv_tokens), len(answer.committed) - 1))
-            if drafting is not None:
-                drafting.end(answer.committed)
-            stats.decode_s = clock() - decode_t0
-            yield Chunk(answer.out.flush(final=True), kept_tokens, kept_flags, finish, stats)
+        chunk = stream.advance()
+        if chunk is not None:
+            yield chunk
+        if stream.done:
             return
-        text = answer.out.flush(final=False)
-        if kept_tokens or text:
-            yield Chunk(text, kept_tokens, kept_flags)
-
-        # One step: draft (or not), verify in one target pass, accept.
-        step_t0 = clock()
-        committed = answer.committed
-        draft = PLAIN
-        if drafting is not None:
-            draft = drafting.draft(committed, answer.remaining, answer.room, answer.context_room)
-        result = verify(target, sampler, committed, draft.tokens, clock)
-        if drafting is None:
-            host_s = clock() - step_t0 - result.verify_s
-        else:
-            host_s = drafting.observe(committed, draft, result, step_t0)
-        stats.record_pass(draft, result, host_s)
-        step_tokens = result.tokens
-        step_flags = [i < result.accepted for i in range(len(result.tokens))]
-        if on_step is not None:
-            on_step(committed + step_tokens)
+        stream.plan()
+        stream.step()

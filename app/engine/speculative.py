@@ -56,6 +56,28 @@ def sampled_rows(
     return target.decode(tokens, logits_from)
 
 
+def accept_best(best: list[int], draft: list[int]) -> tuple[list[int], int]:
+    """Greedy acceptance from the target's argmax after each prefix: (emitted tokens, accepted drafts)."""
+    accepted = 0
+    while accepted < len(draft) and best[accepted] == draft[accepted]:
+        accepted += 1
+    return best[: accepted + 1], accepted
+
+
+def accept_rows(
+    sampler: Sampler, rows: Sequence[np.ndarray | Candidates], committed: list[int], draft: list[int]
+) -> tuple[list[int], int]:
+    """Sample-and-compare over a pass's k + 1 rows: (emitted tokens, accepted drafts); one draw per token."""
+    out: list[int] = []
+    for i, proposed in enumerate(draft):
+        token = sampler.pick(rows[i], committed, draft[:i])
+        out.append(token)
+        if token != proposed:
+            return out, i
+    out.append(sampler.pick(rows[len(draft)], committed, draft))
+    return out, len(draft)
+
+
 def verify(
     target: Backend,
     sampler: Sampler,
@@ -75,19 +97,11 @@ def verify(
         if sampler.params.plain_greedy:
             best = target.decode_argmax([committed[-1], *draft], 0)  # the target's token after each prefix
             verify_s = clock() - t0
-            while accepted < len(draft) and best[accepted] == draft[accepted]:
-                accepted += 1
-            return StepResult(best[: accepted + 1], accepted, verify_s)
-        rows = sampled_rows(target, sampler, [committed[-1], *draft], 0)  # one per token: k + 1
-        verify_s = clock() - t0
-        out: list[int] = []
-        for i, proposed in enumerate(draft):
-            token = sampler.pick(rows[i], committed, draft[:i])
-            out.append(token)
-            if token != proposed:
-                return StepResult(out, accepted, verify_s)
-            accepted += 1
-        out.append(sampler.pick(rows[len(draft)], committed, draft))
-        return StepResult(out, accepted, verify_s)
+            tokens, accepted = accept_best(best, draft)
+        else:
+            rows = sampled_rows(target, sampler, [committed[-1], *draft], 0)  # one per token: k + 1
+            verify_s = clock() - t0
+            tokens, accepted = accept_rows(sampler, rows, committed, draft)
+        return StepResult(tokens, accepted, verify_s)
     finally:
         target.rollback(n_keep + accepted)

@@ -292,10 +292,10 @@ class Vision:
     def evaluate(self, target: LlamaBackend, chunk: Any, n_positions: int) -> None:
         """Encode one image chunk and decode its embeddings into the target's KV at the next positions."""
 
-        def run(lctx: Any, n_past: int) -> int:
+        def run(lctx: Any, n_past: int, seq: int) -> int:
             new_n_past = llama_cpp.llama_pos(0)
             rc = mtmd.mtmd_helper_eval_chunk_single(
-                self._ctx, lctx, chunk, n_past, 0, target.n_batch, False, ctypes.byref(new_n_past)
+                self._ctx, lctx, chunk, n_past, seq, target.n_batch, False, ctypes.byref(new_n_past)
             )
             if rc != 0:  # the server's trouble (memory, batch size), not the request's
                 raise DecodeError(f"libmtmd could not evaluate the image (code {rc})")

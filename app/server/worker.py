@@ -16,12 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from app.engine.engine import Engine
+from app.engine.engine import Engine, Prompt
 from app.engine.errors import ContextLengthExceeded, EngineError
-from app.engine.generation import Chunk, GenerationRequest
+from app.engine.generation import GenerationRequest
 from app.engine.grammar import vocab_pointer
-from app.engine.sampling import SamplingParams, TokenLogprob
+from app.engine.sampling import SamplingParams
 from app.engine.stats import SpecStats
+from app.server.metrics import Metrics as Metrics  # engine_child and the routes read it here
+from app.server.pieces import Logprob as Logprob  # the routes read these here
+from app.server.pieces import Piece as Piece
+from app.server.pieces import Pieces
 
 log = logging.getLogger("foresight.worker")
 
@@ -32,23 +36,6 @@ class _End:
 
 
 END: Final = _End()
-
-
-@dataclass(frozen=True)
-class Logprob:
-    """An emitted token's log-probability, with the best alternatives: tokens as their bytes."""
-
-    token: bytes
-    logprob: float
-    top: tuple[tuple[bytes, float], ...]
-
-
-@dataclass
-class Piece(Chunk):
-    """A Chunk as the routes get it, with what only the worker can tell them."""
-
-    logprobs: list[Logprob] | None = None  # per token of this piece, when the request asked
-    stop_sequence: str | None = None  # on the last piece: the request's stop string that ended it
 
 
 @dataclass(frozen=True)
@@ -97,6 +84,7 @@ class Job:
     suffix: str | None = None  # with text: fill in the middle between text and suffix
     speculative: bool = True
     count_only: bool = False  # render the prompt and answer its length (PromptCount), generate nothing
+    client: str = ""  # who asked (the window, an API key's hash, a remote address): KV prefixes stay theirs
     results: queue.Queue[Result] = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     prompt_tokens: int | None = None  # set by the engine thread before the first result
@@ -118,58 +106,15 @@ class _Control:
     events: queue.Queue[Stage | _End | BaseException] = field(default_factory=queue.Queue)
 
 
-@dataclass
-class Metrics:
-    """Counters since start; written by the engine thread only, read by /metrics."""
-
-    requests: int = 0
-    failed: int = 0
-    prompt_tokens: int = 0
-    tokens_generated: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    last_tokens_per_second: float = 0.0
-    kv_tokens: int = 0  # tokens the target's KV cache keeps for prefix reuse
-    kv_cells: int = 0  # positions llama.cpp's cache holds; differs from kv_tokens only if cells leaked
-
-    def record(self, stats: SpecStats) -> None:
-        self.prompt_tokens += stats.prompt_tokens
-        self.tokens_generated += stats.emitted
-        self.drafted += stats.drafted
-        self.accepted += stats.accepted
-        self.last_tokens_per_second = stats.tokens_per_second
-
-    def prometheus(self, queue_depth: int) -> str:
-        rows = [
-            ("requests_total", "counter", "generation requests run", self.requests),
-            ("requests_failed_total", "counter", "generation requests that ended in an error", self.failed),
-            ("prompt_tokens_total", "counter", "prompt tokens processed", self.prompt_tokens),
-            ("tokens_generated_total", "counter", "tokens generated", self.tokens_generated),
-            ("drafted_tokens_total", "counter", "draft tokens proposed for verification", self.drafted),
-            ("accepted_tokens_total", "counter", "draft tokens the target accepted", self.accepted),
-            (
-                "last_tokens_per_second",
-                "gauge",
-                "decode speed of the last request",
-                self.last_tokens_per_second,
-            ),
-            ("queue_depth", "gauge", "requests waiting for the engine", queue_depth),
-            ("kv_tokens", "gauge", "tokens kept in the target's KV cache for prefix reuse", self.kv_tokens),
-            ("kv_cells", "gauge", "positions held in llama.cpp's KV cache (= kv_tokens)", self.kv_cells),
-        ]
-        lines = []
-        for name, kind, text, value in rows:
-            lines += [f"# HELP foresight_{name} {text}", f"# TYPE foresight_{name} {kind}"]
-            lines.append(f"foresight_{name} {value}")
-        return "\n".join(lines) + "\n"
-
-
 class Worker:
-    """Owns the Engine in its own thread and serves jobs from a bounded queue, one at a time.
+    """Owns the Engine in its own thread and serves jobs from a bounded queue, in FIFO order.
 
-    States: loading -> ready | failed; ready -> loading (another pair) | unloading -> unloaded; stopped.
-    Jobs are accepted only when ready. A load or unload cancels the running job (its stream ends with
-    finish_reason "cancelled") and answers the waiting ones NotReady.
+    Jobs run side by side in the Engine's batch (continuous batching): between two steps the thread takes
+    the next queued job when a KV slot is idle, renders it and opens its stream; a job that finds no room
+    in the KV waits, first in line, until a stream ends. A queued job whose client has gone is dropped
+    before it is rendered. States: loading -> ready | failed; ready -> loading (another pair) | unloading
+    -> unloaded; stopped. Jobs are accepted only when ready. A load or unload cancels the running jobs
+    (their streams end with finish_reason "cancelled") and answers the waiting ones NotReady.
     """
 
     def __init__(self, load: Loader, queue_size: int) -> None:
@@ -178,7 +123,8 @@ class Worker:
         self._lock = threading.Lock()  # state changes and queue puts happen together
         self._state = "loading"
         self._engine: Engine | None = None  # the engine thread's own
-        self._current: Job | None = None
+        self._running: dict[Job, _Running] = {}  # the engine thread's; changed under the lock
+        self._waiting: _Opening | None = None  # the next job, rendered, waiting for room in the KV
         self._stopping = threading.Event()
         self.loaded = threading.Event()  # set when the first load ended, well or not
         self.load_error: BaseException | None = None
@@ -192,7 +138,8 @@ class Worker:
 
     @property
     def queue_depth(self) -> int:
-        return self._jobs.qsize()
+        """Jobs waiting for the engine: queued, or taken in and waiting for room in the KV."""
+        return self._jobs.qsize() + (self._waiting is not None)
 
     def start(self) -> None:
         self._thread.start()
@@ -227,9 +174,11 @@ class Worker:
 
     def _cancel_all(self, reason: BaseException) -> None:
         """Cancel the running job and answer every waiting one with `reason` (called with the lock held)."""
-        current = self._current
-        if current is not None:
-            current.cancel.set()
+        for job in self._running:
+            job.cancel.set()
+        if self._waiting is not None:
+            self._waiting.job.results.put(reason)
+            self._waiting = None
         while True:
             try:
                 item = self._jobs.get_nowait()
@@ -259,26 +208,41 @@ class Worker:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                item = self._jobs.get()
+                item = self._next_item()
                 if item is None:
                     break
                 if isinstance(item, _Control):
+                    self._drain()
                     self._apply(item)
-                elif self._engine is None:
-                    item.results.put(NotReady(self._state))
-                else:
-                    self._current = item
-                    try:
-                        self._serve(self._engine, item)
-                    finally:
-                        self._current = None
+                elif isinstance(item, Job):
+                    self._admit(item)
+                self._open_waiting()
+                if self._running:
+                    self._step()
         finally:
+            self._drain()
             self._close_engine()
             with self._lock:  # nothing queued may wait for a thread that is gone
                 self._stopping.set()
                 self._state = "stopped"
                 self._cancel_all(ShuttingDown("the engine stopped"))
             self.loaded.set()
+
+    def _next_item(self) -> Job | _Control | _Idle | None:
+        """The next queued item; blocks only while nothing runs. IDLE: none taken (nothing queued, no slot
+        idle, or a job already waits for room)."""
+        engine = self._engine
+        if self._waiting is not None or (self._running and engine and not engine.slots.fits(1)):
+            return IDLE  # no slot to open a job in: it stays queued (its client may still leave)
+        try:
+            return self._jobs.get(block=not self._running)
+        except queue.Empty:
+            return IDLE
+
+    def _drain(self) -> None:
+        """Run the open streams to their end (a load, an unload or a stop has cancelled them)."""
+        while self._running:
+            self._step()
 
     def _close_engine(self) -> None:
         engine, self._engine = self._engine, None
@@ -324,67 +288,160 @@ class Worker:
             self.loaded.set()
             control.events.put(END)
 
-    def _serve(self, engine: Engine, job: Job) -> None:
-        if job.cancel.is_set():  # the client left while the job waited
+    def _admit(self, job: Job) -> None:
+        """A job off the queue: dropped if its client left, else rendered and opened (or left waiting)."""
+        engine = self._engine
+        if job.cancel.is_set():  # the client left while the job waited: no rendering, no prefill
+            self.metrics.dropped += 1
             job.results.put(END)
+            return
+        if engine is None:
+            job.results.put(NotReady(self._state))
             return
         self.metrics.requests += 1
         prompt = None
         try:
-            if job.messages is not None:
-                prompt = engine.render_chat(job.messages, job.tools, job.prefill)
-            elif job.suffix is not None:
-                prompt = engine.render_fim(job.text or "", job.suffix)
-            else:
-                prompt = engine.render_text(job.text or "")
-            job.prompt_tokens = len(prompt.tokens)
-            log.info("request: %d prompt tokens, at most %d new", len(prompt.tokens), job.max_tokens)
+            prompt = _render(engine, job)
             if job.count_only:
                 job.results.put(PromptCount(len(prompt.tokens)))
                 job.results.put(END)
+                prompt.close()
                 return
-            params = job.params
-            if params.grammar is not None:
-                params = replace(params, grammar=params.grammar.bound(vocab_pointer(engine.target)))
-            request = GenerationRequest(
-                prompt=prompt.tokens,
-                params=params,
-                max_tokens=job.max_tokens,
-                stop=job.stop,
-                draft_prompt=prompt.draft_prompt,
-                speculative=job.speculative,
-                media=prompt.media,
-            )
-            if len(prompt.tokens) >= engine.target.n_ctx:  # as generate() says it, before its prefill
-                raise ContextLengthExceeded(
-                    f"the prompt has {len(prompt.tokens)} tokens but the context holds {engine.target.n_ctx} "
-                    "(with room for one reply token)"
-                )
-            job.results.put(Started())  # a long prompt's prefill can take minutes on a CPU
-            pieces = _Pieces(engine, job)
-            for chunk in engine.generate(request, job.cancel):
-                if chunk.stats is not None:
-                    self.metrics.record(chunk.stats)
-                    _log_done(chunk.finish_reason, chunk.stats)
-                job.results.put(pieces.of(chunk))
+            opening = _Opening(job, prompt, _request(engine, job, prompt))
         except Exception as exc:
-            self.metrics.failed += 1
-            if isinstance(exc, EngineError):
-                log.info("request refused: %s", exc)
-            else:
-                log.exception("request failed")
-            job.results.put(exc)
-        else:
-            job.results.put(END)
-        finally:
             if prompt is not None:
-                prompt.close()  # an image prompt's libmtmd chunks
+                prompt.close()
+            self._failed(job, exc)
+            return
+        with self._lock:
+            self._waiting = opening
+
+    def _open_waiting(self) -> None:
+        """Open the waiting job's stream where the KV has room for it now."""
+        opening, engine = self._waiting, self._engine
+        if opening is None or engine is None:
+            return
+        job = opening.job
+        if job.cancel.is_set():  # its client left while it waited for room: it never prefilled
+            self.metrics.dropped += 1
+            self._waiting = None
+            opening.prompt.close()
+            job.results.put(END)
+            return
+        try:
+            stream = engine.open_stream(opening.request, job.cancel, job.client, job)
+        except Exception as exc:
+            with self._lock:
+                self._waiting = None
+            opening.prompt.close()
+            self._failed(job, exc)
+            return
+        if stream is None:
+            return  # no room yet: it opens when a stream ends
+        with self._lock:
+            if self._waiting is not opening:  # a load or stop answered it meanwhile: it ends at once
+                job.cancel.set()
+            self._waiting = None
+            self._running[job] = _Running(opening.prompt, Pieces(engine, job))
+        job.results.put(Started())  # a long prompt's prefill can take minutes on a CPU
+
+    def _step(self) -> None:
+        """One batch step; each stream's chunk (or error) goes to its job."""
+        engine = self._engine
+        assert engine is not None
+        try:
+            outcomes = engine.step_streams()
+        except Exception as exc:  # the step itself broke: every open stream ends with the error
+            log.exception("batch step failed")
+            outcomes = [(job, exc) for job in self._running]
+            engine.scheduler.abort()
+        for job, outcome in outcomes:
+            if isinstance(outcome, Exception):
+                self._failed(job, outcome)
+                self._close_job(engine, job)
+                continue
+            if outcome.stats is not None:
+                self.metrics.record(outcome.stats)
+                _log_done(outcome.finish_reason, outcome.stats)
+            job.results.put(self._running[job].pieces.of(outcome))
+            if outcome.finish_reason is not None:
+                job.results.put(END)
+                self._close_job(engine, job)
+
+    def _failed(self, job: Job, exc: Exception) -> None:
+        self.metrics.failed += 1
+        if isinstance(exc, EngineError):
+            log.info("request refused: %s", exc)
+        else:
+            log.error("request failed", exc_info=exc)
+        job.results.put(exc)
+
+    def _close_job(self, engine: Engine, job: Job) -> None:
+        with self._lock:
+            running = self._running.pop(job)
+        running.prompt.close()  # an image prompt's libmtmd chunks
         try:
             self.props = engine.props()
-            self.metrics.kv_tokens = len(engine.target.kv_tokens)
-            self.metrics.kv_cells = engine.target.kv_pos_max() + 1
+            self.metrics.kv_tokens, self.metrics.kv_cells = engine.slots.figures()
         except Exception:  # bookkeeping must not end the engine thread
             log.exception("after a request: engine figures unavailable")
+
+
+class _Idle:
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE: Final = _Idle()
+
+
+@dataclass
+class _Opening:
+    """A rendered job whose stream is not open yet."""
+
+    job: Job
+    prompt: Prompt
+    request: GenerationRequest
+
+
+@dataclass
+class _Running:
+    prompt: Prompt
+    pieces: Pieces
+
+
+def _render(engine: Engine, job: Job) -> Prompt:
+    if job.messages is not None:
+        prompt = engine.render_chat(job.messages, job.tools, job.prefill)
+    elif job.suffix is not None:
+        prompt = engine.render_fim(job.text or "", job.suffix)
+    else:
+        prompt = engine.render_text(job.text or "")
+    job.prompt_tokens = len(prompt.tokens)
+    log.info("request: %d prompt tokens, at most %d new", len(prompt.tokens), job.max_tokens)
+    return prompt
+
+
+def _request(engine: Engine, job: Job, prompt: Prompt) -> GenerationRequest:
+    """The job as the engine generates it; a prompt the context cannot hold is refused here, before any
+    stream opens (as generate() says it)."""
+    params = job.params
+    if params.grammar is not None:
+        params = replace(params, grammar=params.grammar.bound(vocab_pointer(engine.target)))
+    if len(prompt.tokens) >= engine.target.n_ctx:
+        raise ContextLengthExceeded(
+            f"the prompt has {len(prompt.tokens)} tokens but the context holds {engine.target.n_ctx} "
+            "(with room for one reply token)"
+        )
+    return GenerationRequest(
+        prompt=prompt.tokens,
+        params=params,
+        max_tokens=job.max_tokens,
+        stop=job.stop,
+        draft_prompt=prompt.draft_prompt,
+        speculative=job.speculative,
+        media=prompt.media,
+    )
 
 
 def _log_done(finish: str | None, stats: SpecStats) -> None:
@@ -397,38 +454,3 @@ def _log_done(finish: str | None, stats: SpecStats) -> None:
         stats.drafted,
         stats.accepted,
     )
-
-
-class _Pieces:
-    """A generation's chunks as Pieces: each with its tokens' logprobs, the last with its stop string."""
-
-    def __init__(self, engine: Engine, job: Job) -> None:
-        self._engine = engine
-        self._job = job
-        self._trace = job.params.logprobs
-        self._used = 0  # trace entries handed out (the sampler also records a final end-of-generation pick)
-        self._tokens: list[int] = []
-        self._text: list[str] = []
-
-    def of(self, chunk: Chunk) -> Piece:
-        logprobs = None
-        if self._trace is not None:
-            taken = self._trace.tokens[self._used : self._used + len(chunk.tokens)]
-            self._used += len(chunk.tokens)
-            logprobs = [self._resolved(t) for t in taken]
-        self._tokens += chunk.tokens
-        self._text.append(chunk.text)
-        stop = self._stop_sequence() if chunk.finish_reason == "stop" and self._job.stop else None
-        return Piece(
-            chunk.text, chunk.tokens, chunk.from_draft, chunk.finish_reason, chunk.stats, logprobs, stop
-        )
-
-    def _resolved(self, taken: TokenLogprob) -> Logprob:
-        piece = self._engine.target.token_bytes
-        return Logprob(piece(taken.token), taken.logprob, tuple((piece(t), lp) for t, lp in taken.top))
-
-    def _stop_sequence(self) -> str | None:
-        """The request's stop string the text was cut before (None: the model ended, or a template stop)."""
-        whole = b"".join(self._engine.target.token_bytes(t) for t in self._tokens)
-        rest = whole.decode("utf-8", errors="replace")[len("".join(self._text)) :]
-        return next((stop for stop in self._job.stop if stop and rest.startswith(stop)), None)

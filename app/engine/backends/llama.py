@@ -1,4 +1,9 @@
-"""llama.cpp backend through llama-cpp-python's low-level API: batch decode, rows of logits, KV rollback."""
+"""llama.cpp backend through llama-cpp-python's low-level API: batch decode, rows of logits, KV rollback.
+
+One context holds `n_seq` sequences (KV slots) over one unified cache of n_ctx cells: the Backend calls
+(decode, rollback, kv_tokens) act on the selected sequence, and `decode_batch` runs rows of several
+sequences in one llama_decode (continuous batching).
+"""
 
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ from app.engine.backends.tokenizer import Vocabulary as _Vocabulary
 from app.engine.errors import ContextLengthExceeded, DecodeError, ModelLoadError
 
 log = logging.getLogger("foresight.llama")
+
+
 def gpu_offload_supported() -> bool:
     ensure_backend()
     return bool(llama_cpp.llama_supports_gpu_offload())
@@ -77,7 +84,7 @@ _FLASH_ATTN = {
 
 
 class LlamaBackend(_Vocabulary):
-    """One llama.cpp model and context with a single sequence (id 0)."""
+    """One llama.cpp model and context with n_seq sequences; the Backend calls act on `seq`."""
 
     backend_name = "llama"
     device_topk_max = 0  # llama.cpp hands over whole rows; decode_topk picks from them on the host
@@ -94,6 +101,7 @@ class LlamaBackend(_Vocabulary):
         tensor_split: list[float] | None = None,
         device_argmax: bool = True,
         flash_attn: str = "auto",
+        n_seq: int = 1,
     ) -> None:
         self.path = Path(path)
         self.header = read_model_header(self.path)
@@ -135,7 +143,8 @@ class LlamaBackend(_Vocabulary):
             )
         self._ctx = None
         self._batch = None
-        self._argmax_chain = None  # the greedy chain attached to sequence 0 while argmax runs on the device
+        self._argmax_chain = None  # the greedy chain attached to a sequence while argmax runs on the device
+        self._argmax_seq = 0  # the sequence it sits on
         self._argmax_on = False
         try:
             threads = n_threads or default_threads()
@@ -143,7 +152,9 @@ class LlamaBackend(_Vocabulary):
             cparams.n_ctx = n_ctx
             cparams.n_batch = n_batch
             cparams.n_ubatch = n_batch
-            cparams.n_seq_max = 1
+            cparams.n_seq_max = n_seq
+            # One cache for all sequences: each may grow to n_ctx, together they hold n_ctx cells.
+            cparams.kv_unified = True
             cparams.n_threads = threads
             cparams.n_threads_batch = threads
             cparams.flash_attn_type = _FLASH_ATTN[flash_attn]
@@ -173,6 +184,7 @@ class LlamaBackend(_Vocabulary):
             for i in range(n_batch):
                 self._batch.n_seq_id[i] = 1
                 self._batch.seq_id[i][0] = 0
+            self._row_seq = np.zeros(n_batch, dtype=np.int32)  # what each batch row's seq_id holds now
             self._arange = np.arange(n_batch, dtype=np.int32)
             # Greedy decoding can take the argmax on the device (llama.cpp backend sampling): only token
             # ids come back instead of [rows, n_vocab] logits.
@@ -181,7 +193,12 @@ class LlamaBackend(_Vocabulary):
             self.close()
             raise
         self._init_vocabulary()
-        self.kv_tokens: list[int] = []
+        self.n_seq = n_seq
+        self.seq = 0  # the sequence decode, rollback and kv_tokens act on
+        self._kv: list[list[int]] = [[] for _ in range(n_seq)]
+        # per sequence: the prefix fed in whole n_batch passes from position 0, each pass as a cold prefill
+        # of any prompt with this prefix would make it (feed); rows round alike only in alike passes
+        self._aligned = [0] * n_seq
         self.chat_template = self.header.chat_template
         self.vocab = self._vocab_info(self.n_vocab)
         self.facts = ModelFacts(
@@ -206,6 +223,38 @@ class LlamaBackend(_Vocabulary):
             threads,
         )
 
+    # --- sequences -----------------------------------------------------------------------------------
+    @property
+    def kv_tokens(self) -> list[int]:
+        """Tokens whose K/V sit at positions 0..len-1 of the selected sequence."""
+        return self._kv[self.seq]
+
+    def select(self, seq: int) -> None:
+        """Make `seq` the sequence that decode, rollback and kv_tokens act on."""
+        if not 0 <= seq < self.n_seq:
+            raise ValueError(f"sequence {seq} of {self.n_seq}")
+        if seq != self.seq and self._argmax_on:
+            self._set_device_argmax(False)  # the greedy chain sits on one sequence
+        self.seq = seq
+
+    def seq_tokens(self, seq: int) -> list[int]:
+        """The tokens sequence `seq` keeps (its kv_tokens)."""
+        return self._kv[seq]
+
+    def seq_cells(self, seq: int) -> tuple[int, int]:
+        """(lowest, highest) position llama.cpp's cache holds for `seq`; (-1, -1) when it holds none."""
+        return (
+            int(llama_cpp.llama_memory_seq_pos_min(self._mem, seq)),
+            int(llama_cpp.llama_memory_seq_pos_max(self._mem, seq)),
+        )
+
+    def _set_row_seqs(self, seqs: np.ndarray) -> None:
+        """Rows 0..len(seqs)-1 of the batch belong to these sequences (only changed rows are written)."""
+        rows = self._row_seq[: len(seqs)]
+        for i in np.flatnonzero(rows != seqs).tolist():
+            self._batch.seq_id[i][0] = int(seqs[i])
+        rows[:] = seqs
+
     # --- decoding -------------------------------------------------------------------------------------
     def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
         if self._argmax_on:
@@ -213,6 +262,63 @@ class LlamaBackend(_Vocabulary):
         self._decode(tokens, logits_from)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(len(tokens) - logits_from, self.n_vocab))
+
+    def decode_batch(self, parts: list[tuple[int, list[int], int]]) -> np.ndarray:
+        """One llama_decode over several sequences: each part (seq, tokens, logits_from) appends tokens
+        after that sequence's cache, and its rows from logits_from on get logits (len(tokens): none).
+
+        Returns float32 [rows with logits, n_vocab], parts in order, valid until the next decode. The
+        parts together take at most n_batch tokens, one part per sequence."""
+        if not self._ctx:
+            raise DecodeError(f"{self.path.name} is closed")
+        if self._argmax_on and any(logits_from < len(tokens) for _, tokens, logits_from in parts):
+            self._set_device_argmax(False)
+        n = sum(len(tokens) for _, tokens, _ in parts)
+        if not 0 < n <= self.n_batch or len({seq for seq, _, _ in parts}) != len(parts):
+            raise ValueError(f"a batch of {n} tokens over {len(parts)} parts (one per sequence)")
+        seqs = np.empty(n, dtype=np.int32)
+        row = 0
+        for seq, tokens, logits_from in parts:
+            m, start = len(tokens), len(self._kv[seq])
+            if not 0 <= logits_from <= m:
+                raise ValueError(f"logits from row {logits_from} of a part of {m} tokens")
+            if start + m > self.n_ctx:
+                raise ContextLengthExceeded(f"{start + m} tokens do not fit the context of {self.n_ctx}")
+            self._batch_tokens[row : row + m] = tokens
+            np.add(self._arange[:m], start, out=self._batch_pos[row : row + m])
+            self._batch_logits[row : row + logits_from] = 0
+            self._batch_logits[row + logits_from : row + m] = 1
+            seqs[row : row + m] = seq
+            row += m
+        self._set_row_seqs(seqs)
+        self._batch.n_tokens = n
+        ret = llama_cpp.llama_decode(self._ctx, self._batch)
+        if ret != 0:
+            for seq, _, _ in parts:
+                llama_cpp.llama_memory_seq_rm(self._mem, seq, len(self._kv[seq]), -1)
+            raise DecodeError(f"llama_decode failed with code {ret}: {_native_errors() or 'no KV slot'}")
+        for seq, tokens, _ in parts:
+            self._kv[seq].extend(tokens)
+        n_out = int(self._batch_logits[:n].sum())
+        if n_out == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab))
+
+    def feed(self, tokens: list[int]) -> None:
+        """Append tokens to the selected sequence's cache with no logits (a prompt before its last token),
+        in passes of n_batch."""
+        seq, nb = self.seq, self.n_batch
+        for chunk in range(0, len(tokens), nb):
+            part = tokens[chunk : chunk + nb]
+            start = len(self._kv[seq])
+            self.decode_batch([(seq, part, len(part))])
+            if start == self._aligned[seq] and len(part) == nb:
+                self._aligned[seq] += nb
+
+    def aligned_prefix(self) -> int:
+        """How much of the selected sequence was fed in whole n_batch passes from position 0: a prompt that
+        shares it and is fed on from there computes every row as a cold prefill does."""
+        return self._aligned[self.seq]
 
     def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         rows = self.decode(tokens, logits_from)
@@ -243,14 +349,15 @@ class LlamaBackend(_Vocabulary):
         if on:
             chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-            if not llama_cpp.llama_set_sampler(self._ctx, 0, chain):
+            if not llama_cpp.llama_set_sampler(self._ctx, self.seq, chain):
                 llama_cpp.llama_sampler_free(chain)
                 log.warning("llama.cpp refused backend sampling; the argmax stays on the host")
                 self._device_argmax = False
                 return
             self._argmax_chain = chain
+            self._argmax_seq = self.seq
         else:
-            llama_cpp.llama_set_sampler(self._ctx, 0, None)
+            llama_cpp.llama_set_sampler(self._ctx, self._argmax_seq, None)
             if self._argmax_chain is not None:
                 llama_cpp.llama_sampler_free(self._argmax_chain)
                 self._argmax_chain = None
@@ -263,6 +370,7 @@ class LlamaBackend(_Vocabulary):
         start = len(self.kv_tokens)
         nb = self.n_batch
         last_chunk = plan_decode(n, logits_from, start, self.n_ctx, nb)
+        self._set_row_seqs(np.full(min(n, nb), self.seq, dtype=np.int32))
         for chunk in range(0, n, nb):
             m = min(nb, n - chunk)
             self._batch_tokens[:m] = tokens[chunk : chunk + m]
@@ -273,16 +381,18 @@ class LlamaBackend(_Vocabulary):
             self._batch.n_tokens = m
             ret = llama_cpp.llama_decode(self._ctx, self._batch)
             if ret != 0:
-                llama_cpp.llama_memory_seq_rm(self._mem, 0, start + chunk, -1)
+                llama_cpp.llama_memory_seq_rm(self._mem, self.seq, start + chunk, -1)
                 self.rollback(start)
                 raise DecodeError(f"llama_decode failed with code {ret}: {_native_errors() or 'no KV slot'}")
             self.kv_tokens.extend(tokens[chunk : chunk + m])
 
-    def decode_external(self, n_positions: int, placeholder: int, run: Callable[[Any, int], int]) -> None:
+    def decode_external(
+        self, n_positions: int, placeholder: int, run: Callable[[Any, int, int], int]
+    ) -> None:
         """Positions the backend does not decode itself (an image's embeddings, through libmtmd).
 
-        `run(llama_context, n_past)` fills n_positions positions from n_past on and returns the next
-        position; kv_tokens records them as `placeholder`, which no prompt token equals.
+        `run(llama_context, n_past, seq)` fills n_positions positions of sequence `seq` from n_past on and
+        returns the next position; kv_tokens records them as `placeholder`, which no prompt token equals.
         """
         if not self._ctx:
             raise DecodeError(f"{self.path.name} is closed")
@@ -294,12 +404,12 @@ class LlamaBackend(_Vocabulary):
         if self._argmax_on:  # no sampler may sit on the sequence while embeddings are decoded
             self._set_device_argmax(False)
         try:
-            end = run(self._ctx, start)
+            end = run(self._ctx, start, self.seq)
         except BaseException:
-            llama_cpp.llama_memory_seq_rm(self._mem, 0, start, -1)
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, start, -1)
             raise
         if end != start + n_positions:
-            llama_cpp.llama_memory_seq_rm(self._mem, 0, start, -1)
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, start, -1)
             raise DecodeError(f"an external decode filled positions {start}..{end}, not {n_positions}")
         self.kv_tokens.extend([placeholder] * n_positions)
 
@@ -309,15 +419,21 @@ class LlamaBackend(_Vocabulary):
         return self._model
 
     def rollback(self, n_keep: int) -> None:
+        self.rollback_seq(self.seq, n_keep)
+
+    def rollback_seq(self, seq: int, n_keep: int) -> None:
+        """Drop every position >= n_keep that sequence `seq` caches."""
         if not self._ctx:
             raise DecodeError(f"{self.path.name} is closed")
-        if n_keep < len(self.kv_tokens):
-            if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+        kept = self._kv[seq]
+        if n_keep < len(kept):
+            if not llama_cpp.llama_memory_seq_rm(self._mem, seq, n_keep, -1):
                 raise DecodeError(f"this model's cache cannot roll back to position {n_keep}")
-            del self.kv_tokens[n_keep:]
+            del kept[n_keep:]
+            self._aligned[seq] = min(self._aligned[seq], n_keep // self.n_batch * self.n_batch)
 
     def kv_pos_max(self) -> int:
-        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
+        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, self.seq))
 
     # --- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
