@@ -9,8 +9,11 @@ from pydantic import BaseModel, ConfigDict
 
 from app.server.errors import APIError, parse_body
 
+# Stop strings are bounded: each is matched against the text held back at every token (100,000 stops cost
+# 51 ms of host time per token), and the longest one sets how much text the stream holds back. Over either
+# limit a request is refused with a 400 naming `stop` (`stop_sequences` on /v1/messages) or its entry.
 MAX_STOP = 16  # stop strings per request
-MAX_STOP_CHARS = 256  # characters per stop string (held back from the stream while they could match)
+MAX_STOP_CHARS = 256  # characters per stop string
 
 # Fields clients send that change nothing on a single local model: taken, listed in /props, unused.
 CHAT_IGNORED = frozenset(
@@ -125,11 +128,13 @@ def stop_list(stop: str | list[str] | None, param: str = "stop") -> list[str]:
     if stop is None:
         return []
     stops = [stop] if isinstance(stop, str) else list(stop)
+    limits = f"at most {MAX_STOP} stop strings of at most {MAX_STOP_CHARS} characters each"
     if len(stops) > MAX_STOP:
-        raise APIError(400, f"{param}: at most {MAX_STOP} stop strings", "invalid_request_error", param)
+        message = f"{param}: {len(stops)} stop strings; this server takes {limits}"
+        raise APIError(400, message, "invalid_request_error", param)
     for i, s in enumerate(stops):
         if len(s) > MAX_STOP_CHARS:
             where = f"{param}[{i}]" if not isinstance(stop, str) else param
-            message = f"{where}: a stop string has at most {MAX_STOP_CHARS} characters"
+            message = f"{where}: a stop string of {len(s)} characters; this server takes {limits}"
             raise APIError(400, message, "invalid_request_error", where)
     return [s for s in stops if s]
