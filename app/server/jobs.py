@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ log = logging.getLogger("foresight.server")
 MAX_BODY_BYTES = 2 * 1024 * 1024
 DRAIN_LIMIT = 16 * MAX_BODY_BYTES  # read (and drop) this much of an oversized body so the client sees 413
 HEARTBEAT_S = 15.0
-_JOB_HAS_CLIENT = "client" in {f.name for f in fields(Job)}
 
 
 @dataclass(frozen=True)
@@ -202,8 +201,7 @@ async def start(state: AppState, job: Job, streamed: bool = False) -> Any:
     A stream returns once the prompt is rendered and fits (its headers go out before a long prefill,
     which clients time out on); anything else waits for the first result."""
     caller = current_caller()
-    if _JOB_HAS_CLIENT:
-        job.client = caller.client  # type: ignore[attr-defined]  # the worker keeps each client's prefix apart
+    job.client = caller.client  # the worker keeps each client's KV prefixes apart
     results = state.admission.admit(caller.client, job.cancel)  # 503 or 429 before the worker sees it
     job.results = results  # the engine thread's puts mark the ticket's start and end
     state.jobs.add(job)
