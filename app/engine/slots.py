@@ -43,6 +43,7 @@ class Slots:
         self._multi = target if isinstance(target, LlamaBackend) and target.n_seq > 1 else None
         self.slots = [Slot(i) for i in range(self._multi.n_seq if self._multi else 1)]
         self._tick = 0
+        self.last: Slot = self.slots[0]  # the slot the last generation ended in
 
     def tokens(self, slot: Slot) -> list[int]:
         """The tokens the slot's sequence keeps."""
@@ -89,6 +90,7 @@ class Slots:
     def release(self, slot: Slot) -> None:
         self._tick += 1
         slot.busy, slot.last_used, slot.reserved = False, self._tick, 0
+        self.last = slot
 
     def _make_room(self) -> None:
         """Empty idle slots, least recently used first, until every busy slot can grow as it reserved."""
@@ -97,12 +99,13 @@ class Slots:
                 return
             self.empty(idle)
 
-    def figures(self) -> tuple[int, int]:
-        """(tokens the slots keep, cells llama.cpp's cache holds for them): equal unless cells leaked."""
+    def figures(self, slots: list[Slot] | None = None) -> tuple[int, int]:
+        """(tokens these slots keep, cells llama.cpp's cache holds for them): equal unless cells leaked.
+        All slots by default."""
         if not self._multi:
             return len(self.target.kv_tokens), self.target.kv_pos_max() + 1
         cells = 0
-        for s in self.slots:
+        for s in slots or self.slots:
             low, high = self._multi.seq_cells(s.seq)
             cells += high - low + 1 if high >= 0 else 0
-        return sum(len(self.tokens(s)) for s in self.slots), cells
+        return sum(len(self.tokens(s)) for s in slots or self.slots), cells

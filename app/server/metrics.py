@@ -19,8 +19,10 @@ class Metrics:
     drafted: int = 0
     accepted: int = 0
     last_tokens_per_second: float = 0.0
-    kv_tokens: int = 0  # tokens the target's KV slots keep for prefix reuse
-    kv_cells: int = 0  # positions llama.cpp's cache holds; differs from kv_tokens only if cells leaked
+    kv_tokens: int = 0  # tokens the last request's KV slot keeps for prefix reuse
+    kv_cells: int = 0  # positions llama.cpp's cache holds for that slot; differs only if cells leaked
+    kv_slots_tokens: int = 0  # the same over all KV slots (each client's prefixes)
+    kv_slots_cells: int = 0
 
     def record(self, stats: SpecStats) -> None:
         self.prompt_tokens += stats.prompt_tokens
@@ -50,8 +52,25 @@ class Metrics:
                 self.last_tokens_per_second,
             ),
             ("queue_depth", "gauge", "requests waiting for the engine", queue_depth),
-            ("kv_tokens", "gauge", "tokens kept in the target's KV cache for prefix reuse", self.kv_tokens),
-            ("kv_cells", "gauge", "positions held in llama.cpp's KV cache (= kv_tokens)", self.kv_cells),
+            (
+                "kv_tokens",
+                "gauge",
+                "tokens the last request's KV slot keeps for prefix reuse",
+                self.kv_tokens,
+            ),
+            (
+                "kv_cells",
+                "gauge",
+                "positions llama.cpp's cache holds for that slot (= kv_tokens)",
+                self.kv_cells,
+            ),
+            ("kv_slots_tokens", "gauge", "tokens all KV slots keep for prefix reuse", self.kv_slots_tokens),
+            (
+                "kv_slots_cells",
+                "gauge",
+                "positions llama.cpp's cache holds (= kv_slots_tokens)",
+                self.kv_slots_cells,
+            ),
         ]
         lines = []
         for name, kind, text, value in rows:

@@ -247,7 +247,8 @@ class Worker:
     def _close_engine(self) -> None:
         engine, self._engine = self._engine, None
         self.props = None
-        self.metrics.kv_tokens = self.metrics.kv_cells = 0
+        m = self.metrics
+        m.kv_tokens = m.kv_cells = m.kv_slots_tokens = m.kv_slots_cells = 0
         if engine is not None:
             engine.close()
 
@@ -382,7 +383,9 @@ class Worker:
         running.prompt.close()  # an image prompt's libmtmd chunks
         try:
             self.props = engine.props()
-            self.metrics.kv_tokens, self.metrics.kv_cells = engine.slots.figures()
+            m = self.metrics
+            m.kv_tokens, m.kv_cells = engine.slots.figures([engine.slots.last])
+            m.kv_slots_tokens, m.kv_slots_cells = engine.slots.figures()
         except Exception:  # bookkeeping must not end the engine thread
             log.exception("after a request: engine figures unavailable")
 

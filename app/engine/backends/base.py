@@ -77,7 +77,7 @@ class Backend(Protocol):
     main_gpu: int
     tensor_split: list[float] | None
     device_reason: str  # why the model runs where it runs, in words
-    kv_tokens: list[int]  # tokens whose K/V sit at positions 0..len-1 of sequence 0
+    kv_tokens: list[int]  # tokens whose K/V sit at positions 0..len-1 of the sequence in use (see llama.py)
     chat_template: str | None
     # decode_topk's widest k taken on the device (0: none; speculative.sampled_rows then takes rows)
     device_topk_max: int
@@ -108,7 +108,7 @@ class Backend(Protocol):
         ...
 
     def kv_pos_max(self) -> int:
-        """Highest position the backend's own cache holds for sequence 0 (-1 when empty)."""
+        """Highest position the backend's own cache holds for the sequence in use (-1 when empty)."""
         ...
 
     def tokenize(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]: ...
