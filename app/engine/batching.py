@@ -120,7 +120,10 @@ class Scheduler:
         except Exception as exc:
             return outcomes + [(p.entry, exc) for p in parts]
         verify_s = self.clock() - t0
-        self.batch_steps += int(len(parts) > 1)
+        if len(parts) > 1:
+            self.batch_steps += 1
+            for part in parts:
+                part.entry.stream.stats.shared_passes += 1
         # One argmax call for every row: the greedy streams' tokens (sampled streams read their rows).
         best = logits.argmax(axis=1).tolist() if len(logits) else []
         row = 0

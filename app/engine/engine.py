@@ -32,7 +32,7 @@ from app.engine.drafters import (
 )
 from app.engine.drafting import Speculation
 from app.engine.errors import DrafterUnusable, InvalidRequest, ModelLoadError
-from app.engine.generation import Chunk, GenerationRequest, StepHook, Stream, generate
+from app.engine.generation import Chunk, GenerationRequest, StepHook, Stream, generate, reproducible
 from app.engine.policy import TRIAL_STEPS, DraftPolicy
 from app.engine.props import engine_props
 from app.engine.slots import Slots
@@ -386,6 +386,8 @@ class Engine:
             self.choice.next_generation(self.policy)
         slot = self.slots.acquire(client, list(request.prompt), self.room_needed(request))
         try:
+            if reproducible(request):
+                self.slots.empty_others(slot)
             self.slots.select(slot)
             yield from self.choice.tallied(generate(self.target, req, self.speculation, cancel, on_step))
         finally:
@@ -401,7 +403,7 @@ class Engine:
         if request.stop and not all(isinstance(s, str) for s in request.stop):
             raise InvalidRequest("stop must be a list of strings")
         need = self.room_needed(request)
-        if not self.slots.fits(need):
+        if not self.slots.fits(need) or not self._may_join(request):
             return None
         req = dataclasses.replace(request, stop=[*request.stop, *self.chat.stop])
         shared = not self.scheduler.entries
@@ -409,6 +411,8 @@ class Engine:
             self.choice.next_generation(self.policy)
         slot = self.slots.acquire(client, list(request.prompt), need)
         try:
+            if reproducible(request):
+                self.slots.empty_others(slot)
             self.slots.select(slot)
             stream = Stream(self.target, req, self.speculation if shared else self._own_lookup(), cancel)
         except BaseException:
@@ -418,6 +422,14 @@ class Engine:
             self._shared_stream = stream
         self.scheduler.add(stream, slot, tag)
         return stream
+
+    def _may_join(self, request: GenerationRequest) -> bool:
+        """A reproducible request (seeded, sampled) runs alone from an emptied cache: it waits for the open
+        streams to end, and streams opened after it wait for its end (see generation.reproducible)."""
+        entries = self.scheduler.entries
+        if not entries:
+            return True
+        return not reproducible(request) and not any(reproducible(e.stream.request) for e in entries)
 
     def _own_lookup(self) -> Speculation | None:
         """A stream's own n-gram lookup and policy, for a stream that runs beside others."""

@@ -154,7 +154,8 @@ def reproducible(request: GenerationRequest) -> bool:
 
     llama.cpp's CPU kernels round a row differently by the pass it sits in (on gemma-3-270m the logits
     move by up to ~1.0 between a prompt fed in one pass or two, and between a verify pass and a plain
-    step), so such a request decodes plainly and reuses only a prefix fed as its own cold prefill would.
+    step) and by the cells other sequences hold (0.67), so such a request runs alone in an emptied cache
+    (the engine sees to it), decodes plainly, and reuses only a prefix fed as its own cold prefill would.
     """
     return request.params.seed is not None and not request.params.greedy
 

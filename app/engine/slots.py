@@ -60,6 +60,13 @@ class Slots:
         else:
             self.target.rollback(0)
 
+    def empty_others(self, slot: Slot) -> None:
+        """Empty every slot but this one (a reproducible request runs alone in the cache)."""
+        for other in self.slots:
+            if other is not slot:
+                assert not other.busy, "a reproducible request runs alone"
+                self.empty(other)
+
     def _held(self, slot: Slot) -> int:
         """Cells a slot holds, or may come to hold while it runs a generation."""
         return max(len(self.tokens(slot)), slot.reserved) if slot.busy else len(self.tokens(slot))

@@ -27,6 +27,7 @@ class SpecStats:
     accepted_hist: dict[int, int] = field(default_factory=dict)  # accepted drafts per spec step -> count
     # per target pass: (width, real draft tokens, accepted, verify ms), for reading a policy's choices
     passes: list[tuple[int, int, int, float]] = field(default_factory=list)
+    shared_passes: int = 0  # target passes shared with other streams (continuous batching)
     fallback_steps: int = 0  # steps the policy decoded plainly because drafting would not pay
     fallback_reason: str = ""
     images: int = 0  # images in the prompt
@@ -97,6 +98,7 @@ class SpecStats:
             "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_hist.items())},
             "draft_lengths": {str(k): v for k, v in sorted(self.draft_lengths.items())},
             "target_passes": self.steps,
+            "shared_passes": self.shared_passes,
             "fallback_steps": self.fallback_steps,
             "fallback_reason": self.fallback_reason,
             "prompt_tokens": self.prompt_tokens,

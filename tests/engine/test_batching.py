@@ -131,6 +131,7 @@ def test_eight_streams_in_one_batch_give_their_solo_output(engine: Engine) -> No
     )
     assert batched > 0
     assert sum(batch.stats[tag].drafted for tag in range(1, 8)) > 0  # drafts verified within the batch
+    assert all(batch.stats[tag].shared_passes > 0 for tag in range(8))
     assert engine.props()["batching"]["batched"] is True
 
 
@@ -190,10 +191,18 @@ def test_a_seed_gives_the_same_text_cold_and_cached(engine: Engine) -> None:
     seeded = _request(engine, SEED_TEXT, 24, temperature=1.0, seed=7)
     n_prompt = len(seeded.prompt)
     assert n_prompt > N_BATCH + 8
+
+    def crowd() -> None:  # other clients' prefixes fill other slots (and cells) of the cache
+        for i, text in enumerate(PROMPTS[:3]):
+            _solo(engine, _request(engine, text * 3, 8), client=f"crowd-{i}")
+
+    crowd()
     cold, cold_stats = _solo(engine, seeded, client="seed")
+    crowd()
     cached, cached_stats = _solo(engine, seeded, client="seed")
     # another prompt with the same start: only their shared beginning stays cached
     _solo(engine, _request(engine, SEED_TEXT.replace("its taste", "its colour"), 4), client="seed")
+    crowd()
     partial, partial_stats = _solo(engine, seeded, client="seed")
     reused = [cold_stats.reused_tokens, cached_stats.reused_tokens, partial_stats.reused_tokens]
     first = engine.target.token_bytes(cold[0])

@@ -196,8 +196,8 @@ class LlamaBackend(_Vocabulary):
         self.n_seq = n_seq
         self.seq = 0  # the sequence decode, rollback and kv_tokens act on
         self._kv: list[list[int]] = [[] for _ in range(n_seq)]
-        # per sequence: the prefix fed in whole n_batch passes from position 0, each pass as a cold prefill
-        # of any prompt with this prefix would make it (feed); rows round alike only in alike passes
+        # per sequence: the prefix fed in whole n_batch passes from position 0 while no other sequence held
+        # a cell, so each pass and cell as a cold prefill into an empty cache makes them (see aligned_prefix)
         self._aligned = [0] * n_seq
         self.chat_template = self.header.chat_template
         self.vocab = self._vocab_info(self.n_vocab)
@@ -308,16 +308,19 @@ class LlamaBackend(_Vocabulary):
         """Append tokens to the selected sequence's cache with no logits (a prompt before its last token),
         in passes of n_batch."""
         seq, nb = self.seq, self.n_batch
+        alone = not any(kept for other, kept in enumerate(self._kv) if other != seq)
         for chunk in range(0, len(tokens), nb):
             part = tokens[chunk : chunk + nb]
             start = len(self._kv[seq])
             self.decode_batch([(seq, part, len(part))])
-            if start == self._aligned[seq] and len(part) == nb:
+            if alone and start == self._aligned[seq] and len(part) == nb:
                 self._aligned[seq] += nb
 
     def aligned_prefix(self) -> int:
-        """How much of the selected sequence was fed in whole n_batch passes from position 0: a prompt that
-        shares it and is fed on from there computes every row as a cold prefill does."""
+        """How much of the selected sequence was fed in whole n_batch passes from position 0 into an
+        otherwise empty cache: fed on from there, alone in the cache, a prompt that shares it computes
+        every row as a cold prefill does (llama.cpp's rows round by the pass they sit in, and by where the
+        cache keeps the cells around them: other sequences' cells moved gemma-3-270m's logits by 0.67)."""
         return self._aligned[self.seq]
 
     def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
