@@ -50,6 +50,9 @@ class GenerationRequest:
     draft_prompt: bytes | None = None  # the drafter's own rendering of the prompt (cross-vocabulary)
     speculative: bool = True
     media: MediaPrompt | None = None  # images in the prompt: libmtmd fills their positions
+    # a seeded sampled request whose text must not depend on the cache or on drafting (the API's promise;
+    # see reproducible()): it decodes plainly, alone in an emptied cache
+    reproducible: bool = False
 
 
 class _TextOutput:
@@ -150,14 +153,15 @@ def _checked_prompt(target: Backend, request: GenerationRequest) -> list[int]:
 
 
 def reproducible(request: GenerationRequest) -> bool:
-    """A seeded sampled request: its text must not depend on what the cache held or what was drafted.
+    """A seeded sampled request asked to be reproducible: its text must not depend on what the cache held
+    or what was drafted (a request without the flag, or greedy, keeps its drafts and its reuse).
 
     llama.cpp's CPU kernels round a row differently by the pass it sits in (on gemma-3-270m the logits
     move by up to ~1.0 between a prompt fed in one pass or two, and between a verify pass and a plain
     step) and by the cells other sequences hold (0.67), so such a request runs alone in an emptied cache
     (the engine sees to it), decodes plainly, and reuses only a prefix fed as its own cold prefill would.
     """
-    return request.params.seed is not None and not request.params.greedy
+    return request.reproducible and request.params.seed is not None and not request.params.greedy
 
 
 SEEDED_PLAIN = "a seeded sampled request decodes plainly: its draws must not depend on drafting"

@@ -444,6 +444,7 @@ def _request(engine: Engine, job: Job, prompt: Prompt) -> GenerationRequest:
         draft_prompt=prompt.draft_prompt,
         speculative=job.speculative,
         media=prompt.media,
+        reproducible=params.seed is not None,  # the API's promise: a seed gives one text
     )
 
 
