@@ -284,7 +284,7 @@ def test_a_full_queue_answers_busy(keyed: EngineServer) -> None:
                 time.sleep(0.02)
             busy = http.post("/v1/completions", json=small)
             assert busy.status_code == 503
-            assert busy.headers["Retry-After"] == "1"
+            assert int(busy.headers["Retry-After"]) >= 1  # computed from the queue (server/admission.py)
             assert error_code(busy) == "server_busy"
         waiting.join(60)  # the waiting stream runs once the first one is closed (cancelled)
 
