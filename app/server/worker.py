@@ -358,16 +358,16 @@ class Worker:
             engine.scheduler.abort()
         for job, outcome in outcomes:
             if isinstance(outcome, Exception):
-                self._failed(job, outcome)
                 self._close_job(engine, job)
+                self._failed(job, outcome)
                 continue
             if outcome.stats is not None:
                 self.metrics.record(outcome.stats)
                 _log_done(outcome.finish_reason, outcome.stats)
             job.results.put(self._running[job].pieces.of(outcome))
             if outcome.finish_reason is not None:
+                self._close_job(engine, job)  # its figures are on /metrics before its client has the end
                 job.results.put(END)
-                self._close_job(engine, job)
 
     def _failed(self, job: Job, exc: Exception) -> None:
         self.metrics.failed += 1
