@@ -94,7 +94,8 @@ def _batching(engine: Engine) -> dict[str, Any]:
         why = (
             "continuous batching over llama.cpp sequences: the open streams' tokens and n-gram drafts go "
             "in one decode per step; a stream that starts alone drafts with the engine's drafter, those "
-            "that join it with their own n-gram lookup"
+            "that join it with their own n-gram lookup; a request with a seed (sampled) runs alone, in a "
+            "cache emptied of other slots, and decodes plainly, so that its text does not depend on them"
         )
     return {
         "slots": len(engine.slots.slots),
