@@ -146,13 +146,13 @@ class Endpoint:
             f"model: {self.model}\n"
         )
         return {
-            "Claude Code": claude_code,
-            "Codex": codex,
-            "opencode": opencode_text,
             "Continue": continue_yaml,
             "Zed": zed_text,
             "Cline": cline,
             "aider": aider,
+            "Claude Code": claude_code,
+            "Codex": codex,
+            "opencode": opencode_text,
             "Any OpenAI client": generic,
             "curl": self.curl(),
         }
