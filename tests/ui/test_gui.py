@@ -401,11 +401,12 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     projector = str(write_tiny_mmproj(tmp_path / "tiny-mmproj.gguf", n_embd=640).resolve())
     panel.import_file(Path(projector))
     wanted = str(gemma_path.resolve())
-    qtbot.waitUntil(lambda: panel.target_choice.findData(wanted) >= 0, timeout=60_000)
-    qtbot.waitUntil(lambda: panel.projector_choice.findData(projector) >= 0, timeout=60_000)
+    # the library lists its files in a thread: a minute was seen not to be enough on a busy 2-core machine
+    qtbot.waitUntil(lambda: panel.target_choice.findData(wanted) >= 0, timeout=START_MS)
+    qtbot.waitUntil(lambda: panel.projector_choice.findData(projector) >= 0, timeout=START_MS)
     assert panel.target_choice.findData(projector) < 0  # a projector is no target
     panel.choose(wanted, "ngram", projector)
-    qtbot.waitUntil(lambda: panel.target_choice.currentData() == wanted, timeout=60_000)
+    qtbot.waitUntil(lambda: panel.target_choice.currentData() == wanted, timeout=START_MS)
     assert panel.projector_choice.currentData() == projector
     assert panel.use_button.isEnabled()
     with qtbot.waitSignal(panel.pairLoaded, timeout=START_MS):
