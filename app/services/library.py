@@ -364,6 +364,7 @@ class LocalModels(_Table):
         self.include_hf_cache = include_hf_cache
         self.models: list[LocalModel] = []
         self._scan: Background | None = None
+        self._again = False  # a scan was asked for while one ran: it may have missed what changed since
 
     def rows(self) -> list[LocalModel]:
         return self.models
@@ -393,12 +394,22 @@ class LocalModels(_Table):
         return self._scan is not None and self._scan.running
 
     def scan(self) -> None:
+        """List the library in a thread; asked while a scan runs (a file imported meanwhile), scan again
+        when it ends, so nothing registered after the running scan began is missed."""
         if self.scanning:
+            self._again = True
             return
         self._scan = Background(lambda: self.library.scan(include_hf_cache=self.include_hf_cache), self)
         self._scan.done.connect(self._scanned)
         self._scan.failed.connect(self.failed)
+        self._scan.failed.connect(lambda _message: self._rescan_if_asked())
         self._scan.start()
+
+    def _rescan_if_asked(self) -> None:
+        if self._again:
+            self._again = False
+            self._scan = None
+            self.scan()
 
     def wait(self, timeout: float | None = None) -> None:
         if self._scan is not None:
@@ -409,6 +420,7 @@ class LocalModels(_Table):
         self.models = models
         self.endResetModel()
         self.scanned.emit()
+        self._rescan_if_asked()
 
 
 # --- loading a pair into the engine ----------------------------------------------------------------
