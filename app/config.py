@@ -64,6 +64,13 @@ class EngineSettings(Section):
         "the model's trained length and 32k)",
     )
     n_batch: int = Field(512, ge=32, le=8192, description="prompt tokens evaluated per llama_decode call")
+    slots: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="KV slots of a llama.cpp target: requests decoded side by side, each client keeping its "
+        "own prefix (they share the n_ctx cells; 1: one request at a time)",
+    )
     n_threads: int = Field(0, ge=0, le=512, description="CPU threads (0: physical cores)")
     device: str = Field(
         "auto", description="auto (where the fit says), cpu, gpu, or gpu:N (llama.cpp's GPU numbering)"

@@ -27,6 +27,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     engine_flags = [
         "n_ctx",
         "n_batch",
+        "slots",
         "n_threads",
         "device",
         "backend",

@@ -96,10 +96,6 @@ def _native_or_why_not(
 
 
 UNPLACED_N_CTX = 4096  # the context of an Engine built without a placement (tests, scripts)
-# KV slots of a llama.cpp target (sequences of one unified cache; they share its n_ctx cells): requests of
-# different clients keep their prefixes apart, and up to this many streams decode in one batch.
-SLOTS = 8
-
 
 def check_settings(settings: Settings) -> None:
     """Settings that cannot work together, refused before anything loads."""
@@ -120,11 +116,10 @@ class Engine:
         draft: str | Path | None = None,
         settings: Settings | None = None,
         progress: Callable[[str], None] | None = None,
-        slots: int = SLOTS,
     ) -> None:
         """`progress` hears each stage by name (loading target, loading projector, loading drafter,
-        calibrating); it may raise to abandon the load, and what was loaded is closed. `slots`: KV slots of a
-        llama.cpp target (our kernels keep one sequence).
+        calibrating); it may raise to abandon the load, and what was loaded is closed.
+        settings.engine.slots: KV slots of a llama.cpp target (our kernels keep one sequence).
 
         The vision projector is settings.engine.mmproj (None: the target reads no images)."""
         self.settings = settings or Settings()
@@ -140,7 +135,7 @@ class Engine:
         self.backend_choice: BackendChoice | None = None  # auto's measured choice for the target
         # a step verifies every stream's draft in one pass of at most n_batch tokens
         width = ds.max_draft + 1 if ds.mode != "none" else 1
-        self._n_seq = max(1, min(slots, es.n_batch // width))
+        self._n_seq = max(1, min(es.slots, es.n_batch // width))
         self.target = self._load_target(Path(target))
         self.slots = Slots(self.target)
         self.scheduler = Scheduler(self.target, self.slots)

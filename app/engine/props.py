@@ -88,7 +88,9 @@ def engine_props(engine: Engine) -> dict[str, Any]:
 def _batching(engine: Engine) -> dict[str, Any]:
     """How concurrent requests run."""
     scheduler = engine.scheduler
-    if not scheduler.batched:
+    if not scheduler.batched and engine.settings.engine.slots == 1:
+        why = "engine.slots is 1: requests run one at a time"
+    elif not scheduler.batched:
         why = f"the {engine.target.backend_name} backend keeps one sequence here: requests run one at a time"
     else:
         why = (

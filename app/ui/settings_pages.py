@@ -91,6 +91,7 @@ ADVANCED = Page(
     "Engine details. The defaults suit most machines.",
     (
         Row("engine", "n_batch", "Prompt tokens per batch"),
+        Row("engine", "slots", "Requests answered side by side", "one at a time"),
         Row("engine", "backend", "Model runner"),
         Row("engine", "draft_backend", "Drafter runner"),
         Row("engine", "gpu_layers", "Layers on the GPU", "all"),

@@ -216,3 +216,18 @@ def test_a_seed_gives_the_same_text_cold_and_cached(engine: Engine) -> None:
     # an unseeded request keeps reusing the whole shared prefix
     _, unseeded = _solo(engine, _request(engine, SEED_TEXT, 2), client="seed")
     assert unseeded.reused_tokens == n_prompt - 1
+
+
+@pytest.mark.parametrize(("slots", "n_batch", "expected"), [(1, 64, 1), (3, 64, 3), (8, 32, 6)])
+def test_the_slots_setting_sizes_the_cache(gemma_path: Path, slots: int, n_batch: int, expected: int) -> None:
+    """[engine] slots sets the KV slots, as many as one verify pass of every stream's draft fits in
+    n_batch (max_draft 4: 5 tokens a stream, so 32 // 5 = 6 of 8)."""
+    base = settings("ngram", max_draft=4)
+    engine_settings = base.engine.model_copy(update={"n_batch": n_batch, "slots": slots})
+    with Engine(gemma_path, None, base.model_copy(update={"engine": engine_settings})) as e:
+        assert len(e.slots.slots) == expected
+        batching = e.props()["batching"]
+        assert batching["slots"] == expected
+        assert batching["batched"] is (expected > 1)
+        if slots == 1:
+            assert "engine.slots is 1" in batching["reason"]

@@ -30,8 +30,8 @@ def server(gemma_path: Path) -> Iterator[EngineServer]:
 
 @pytest.fixture(scope="module")
 def keyed(gemma_path: Path) -> Iterator[EngineServer]:
-    """A server that needs the API key, with room for one waiting request."""
-    args = ["--target", str(gemma_path), *GEMMA_ARGS, "--queue-size", "1"]
+    """A server that needs the API key, runs one request at a time and has room for one waiting."""
+    args = ["--target", str(gemma_path), *GEMMA_ARGS, "--slots", "1", "--queue-size", "1"]
     with engine_server(args, env={"FORESIGHT_API_KEY": API_KEY}) as s:
         yield s
 
@@ -279,9 +279,10 @@ def test_a_full_queue_answers_busy(keyed: EngineServer) -> None:
             small = {"prompt": COUNTING, "max_tokens": 2, "temperature": 0}
             waiting = threading.Thread(target=http.post, args=("/v1/completions",), kwargs={"json": small})
             waiting.start()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while metrics_with(http)["foresight_queue_depth"] < 1 and time.monotonic() < deadline:
-                time.sleep(0.02)
+                time.sleep(0.05)
+            assert metrics_with(http)["foresight_queue_depth"] == 1  # one running (one slot), one waiting
             busy = http.post("/v1/completions", json=small)
             assert busy.status_code == 503
             assert int(busy.headers["Retry-After"]) >= 1  # computed from the queue (server/admission.py)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from app.engine.kernels import mmvq
+from tests.support.byte_reads import half, u16, u32, u128
 
 Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K = 2, 6, 8, 12, 13, 14
 FLT_MAX = np.float32(3.4028234663852886e38)
@@ -53,30 +54,7 @@ def dequantized(xq: np.ndarray, xd: np.ndarray) -> np.ndarray:
     return (xq.reshape(n, -1, 32).astype(np.float64) * xd[..., None].astype(np.float64)).reshape(n, n_in)
 
 
-# --- reads ----------------------------------------------------------------------------------------------
-def _u8(buf: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    return buf[addr].astype(np.uint64)
-
-
-def _u16(buf: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    assert np.all(addr % 2 == 0), "unaligned 16-bit load"
-    return _u8(buf, addr) | (_u8(buf, addr + 1) << np.uint64(8))
-
-
-def _u32(buf: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    assert np.all(addr % 4 == 0), "unaligned 32-bit load"
-    return _u16(buf, addr) | (_u16(buf, addr + 2) << np.uint64(16))
-
-
-def _u128(buf: np.ndarray, addr: np.ndarray) -> list[np.ndarray]:
-    assert np.all(addr % 16 == 0), "unaligned 128-bit load"
-    return [_u32(buf, addr + 4 * i) for i in range(4)]
-
-
-def _half(bits: np.ndarray) -> np.ndarray:
-    return bits.astype(np.uint16).view(np.float16).astype(np.float32)
-
-
+# --- reads (tests/support/byte_reads.py) --------------------------------------------------------------
 def _bytes(words: list[np.ndarray]) -> np.ndarray:
     """Four u32 words -> their 16 bytes as signed codes [..., 16] (dp4a takes bytes as signed)."""
     parts = [((w >> np.uint64(8 * e)) & M8) for w in words for e in range(4)]
@@ -115,13 +93,13 @@ def _k_chunk(ggml_type: int, buf: np.ndarray, nblk: int, row: np.ndarray, k: np.
     ts = 144 if ggml_type == Q4_K else 176
     blk, j = k // 8, k % 8
     b = (row * nblk + blk) * ts
-    head = _u128(buf, b)
+    head = u128(buf, b)
     s = 2 * (j >> 1)
     if ggml_type == Q4_K:
-        qs = _u128(buf, b + 16 + 16 * j)
+        qs = u128(buf, b + 16 + 16 * j)
     else:
-        qh = _u128(buf, b + 16 + 16 * (j & 1))
-        qs = _u128(buf, b + 48 + 16 * j)
+        qh = u128(buf, b + 16 + 16 * (j & 1))
+        qs = u128(buf, b + 48 + 16 * j)
     v0 = [q & LO4 for q in qs]
     v1 = [(q >> np.uint64(4)) & LO4 for q in qs]
     if ggml_type == Q5_K:
@@ -131,7 +109,7 @@ def _k_chunk(ggml_type: int, buf: np.ndarray, nblk: int, row: np.ndarray, k: np.
         v1 = [v | (((h >> (su + np.uint64(1))) & one) << np.uint64(4)) for v, h in zip(v1, qh, strict=True)]
     sc0, mn0 = _k_scale_min(head[1], head[2], head[3], s)
     sc1, mn1 = _k_scale_min(head[1], head[2], head[3], s + 1)
-    d, dmin = _half(head[0] & np.uint64(0xFFFF)), _half(head[0] >> np.uint64(16))
+    d, dmin = half(head[0] & np.uint64(0xFFFF)), half(head[0] >> np.uint64(16))
     return Chunk(
         _bytes(v0), _bytes(v1),
         _f32(d * sc0.astype(np.float32)), _f32(d * sc1.astype(np.float32)),
@@ -147,10 +125,10 @@ def _q6_k_chunk(buf: np.ndarray, n_out: int, nblk: int, row: np.ndarray, k: np.n
     blk, j = k // 8, k % 8
     at = row * nblk + blk
     h, kk, hh = j >> 2, (j >> 1) & 1, j & 1
-    lo = _u128(buf, at * 128 + 16 * j)
-    hi = _u128(buf, p1 + at * 64 + 32 * h + 16 * hh)
-    sc_x, sc_y = _u32(buf, p2 + at * 16 + 8 * h), _u32(buf, p2 + at * 16 + 8 * h + 4)
-    d = _half(_u16(buf, p3 + at * 2))
+    lo = u128(buf, at * 128 + 16 * j)
+    hi = u128(buf, p1 + at * 64 + 32 * h + 16 * hh)
+    sc_x, sc_y = u32(buf, p2 + at * 16 + 8 * h), u32(buf, p2 + at * 16 + 8 * h + 4)
+    d = half(u16(buf, p3 + at * 2))
     kk64 = kk.astype(np.uint64)
     m30 = np.uint64(0x30303030)
     v0 = [
@@ -179,15 +157,15 @@ def _b32_chunk(
     p1 = mmvq._align16(blocks * qh_size)
     p2 = p1 + mmvq._align16(blocks * qs_size)
     at = row * nblk + k
-    qs = _u128(buf, p1 + at * qs_size)
-    d = _half(_u16(buf, p2 + at * 2))
+    qs = u128(buf, p1 + at * qs_size)
+    d = half(u16(buf, p2 + at * 2))
     if ggml_type == Q8_0:
-        v0, v1 = qs, _u128(buf, p1 + at * qs_size + 16)
+        v0, v1 = qs, u128(buf, p1 + at * qs_size + 16)
     else:
         v0 = [q & LO4 for q in qs]
         v1 = [(q >> np.uint64(4)) & LO4 for q in qs]
     if ggml_type == Q5_0:
-        qh = _u32(buf, at * 4)
+        qh = u32(buf, at * 4)
         spread, m10 = np.uint64(0x02040810), np.uint64(0x10101010)
         nib = np.uint64(0xF)
         v0 = [v | ((((qh >> np.uint64(4 * i)) & nib) * spread) & m10) for i, v in enumerate(v0)]

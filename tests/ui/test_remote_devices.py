@@ -49,7 +49,7 @@ def test_a_worker_is_checked_shown_and_saved_for_the_engine(qtbot: QtBot) -> Non
     assert widget.table.item(0, 3).text().endswith(" ms")
     assert widget.status.text() == "1 of 1 ready."
     assert widget.apply_button.isEnabled()
-    with qtbot.waitSignal(widget.applied, timeout=5000):
+    with qtbot.waitSignal(widget.applied, timeout=10_000):
         widget.apply_button.click()
     assert load_settings(paths.config_file(), environ={}).engine.rpc == worker.address
     assert saved_servers() == [worker.address]
@@ -94,7 +94,7 @@ def test_saving_the_list_restarts_the_engine_on_the_device_it_runs_on(qtbot: QtB
     panel = DevicesPanel(EngineClient(), device="cpu")
     qtbot.addWidget(panel)
     panel.remote.servers = ["127.0.0.1:50052"]
-    with qtbot.waitSignal(panel.deviceChosen, timeout=5000) as chosen:
+    with qtbot.waitSignal(panel.deviceChosen, timeout=10_000) as chosen:
         panel.remote.apply()
     assert chosen.args == ["cpu"]
     assert saved_servers() == ["127.0.0.1:50052"]

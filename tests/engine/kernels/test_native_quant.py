@@ -28,6 +28,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from app.catalog.gguf import read_file
 from app.engine.kernels import qmatmul, runtime
+from tests.support.byte_reads import half, u8, u16, u32, u128
 from tests.support.gpu_marks import cupy, gpu_test
 
 F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 6, 8, 12, 13, 14, 30
@@ -128,25 +129,6 @@ def stage_geometry(ggml_type: int, warp: int = WARP) -> tuple[int, int, int]:
     return sb, nch, nch * 16 + 16
 
 
-def _u8(buf: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    return buf[np.arange(buf.shape[0]), addr].astype(np.uint64)
-
-
-def _u16(buf: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    assert np.all(addr % 2 == 0), "unaligned 16-bit load"
-    return _u8(buf, addr) | (_u8(buf, addr + 1) << np.uint64(8))
-
-
-def _u32(buf: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    assert np.all(addr % 4 == 0), "unaligned 32-bit load"
-    return _u16(buf, addr) | (_u16(buf, addr + 2) << np.uint64(16))
-
-
-def _u128(buf: np.ndarray, addr: np.ndarray) -> list[np.ndarray]:
-    assert np.all(addr % 16 == 0), "unaligned 128-bit load"
-    return [_u32(buf, addr + 4 * i) for i in range(4)]
-
-
 def _funnel_r(lo: np.ndarray, hi: np.ndarray, shift: np.ndarray) -> np.ndarray:
     return ((lo | (hi << np.uint64(32))) >> shift.astype(np.uint64)) & U32
 
@@ -154,17 +136,13 @@ def _funnel_r(lo: np.ndarray, hi: np.ndarray, shift: np.ndarray) -> np.ndarray:
 def _words4_a2(buf: np.ndarray, addr: np.ndarray) -> list[np.ndarray]:
     base = addr & ~3
     shift = (addr & 2) * 8
-    w = [_u32(buf, base + 4 * i) for i in range(5)]
+    w = [u32(buf, base + 4 * i) for i in range(5)]
     return [_funnel_r(w[i], w[i + 1], shift) for i in range(4)]
 
 
 def _word_a2(buf: np.ndarray, addr: np.ndarray) -> np.ndarray:
     base = addr & ~3
-    return _funnel_r(_u32(buf, base), _u32(buf, base + 4), (addr & 2) * 8)
-
-
-def _half(bits: np.ndarray) -> np.ndarray:
-    return bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    return _funnel_r(u32(buf, base), u32(buf, base + 4), (addr & 2) * 8)
 
 
 def _f32(value: Any) -> np.ndarray:
@@ -241,19 +219,19 @@ def piece_decode(ggml_type: int, buf: np.ndarray, addr: np.ndarray, sub: int) ->
         words = [w for q in _u128_pieces(buf, addr, 2) for w in q]
         halves = [(w >> sh(16 * k)) & sh(0xFFFF) for w in words for k in (0, 1)]
         if ggml_type == F16:
-            return Piece(np.stack([_half(h) for h in halves], axis=1))
+            return Piece(np.stack([half(h) for h in halves], axis=1))
         return Piece(np.stack([(h << sh(16)).astype(np.uint32).view(np.float32) for h in halves], axis=1))
     if ggml_type == Q8_0:  # codes in byte 1, dequantised per weight (never factored)
-        d = _half(_u16(buf, addr))
+        d = half(u16(buf, addr))
         code = [(q ^ sh(0x80808080)) & U32 for q in _words4_a2(buf, addr + 2 + 16 * sub)]
         f = np.stack([_magic(code[q], e, 1) for q in range(4) for e in range(4)], axis=1)
         return Piece(_fma(_f32(65536.0) * d[:, None], f, _f32(-32896.0) * d[:, None]))
     if ggml_type == Q4_0:
-        d = _half(_u16(buf, addr))
+        d = half(u16(buf, addr))
         code = [_mask(_rotl(q, 31 if sub else 3), 0x78787878) for q in _words4_a2(buf, addr + 2)]
         a, c = _f32(32.0) * d, _f32(-24.0) * d
     elif ggml_type == Q5_0:
-        d = _half(_u16(buf, addr))
+        d = half(u16(buf, addr))
         qh = _word_a2(buf, addr + 2) >> sh(16 * sub)
         code = []
         for i, q in enumerate(_words4_a2(buf, addr + 6)):
@@ -262,23 +240,23 @@ def piece_decode(ggml_type: int, buf: np.ndarray, addr: np.ndarray, sub: int) ->
             code.append(low | high)
         a, c = _f32(64.0) * d, _f32(-48.0) * d
     elif ggml_type in (Q4_K, Q5_K):
-        head = _u128(buf, addr)
+        head = u128(buf, addr)
         s, h = sub >> 1, sub & 1
         if ggml_type == Q4_K:
-            qs = _u128(buf, addr + 16 + 32 * (s >> 1) + 16 * h)
+            qs = u128(buf, addr + 16 + 32 * (s >> 1) + 16 * h)
             code = [_mask(_rotl(q, 31 if s & 1 else 3), 0x78787878) for q in qs]
             k_a, k_c = 32.0, -16.0
         else:
-            qh = _u128(buf, addr + 16 + 16 * h)
-            qs = _u128(buf, addr + 48 + 32 * (s >> 1) + 16 * h)
+            qh = u128(buf, addr + 16 + 16 * h)
+            qs = u128(buf, addr + 48 + 32 * (s >> 1) + 16 * h)
             code = [
                 _mask(_rotl(q, 30 if s & 1 else 2), 0x3C3C3C3C) | _mask(_rotl(hb, (6 - s) & 31), 0x40404040)
                 for q, hb in zip(qs, qh, strict=True)
             ]
             k_a, k_c = 64.0, -32.0
         sc, m = _scale_min(head[1], head[2], head[3], s)
-        d = _half(head[0] & sh(0xFFFF))
-        dmin = _half(head[0] >> sh(16))
+        d = half(head[0] & sh(0xFFFF))
+        dmin = half(head[0] >> sh(16))
         dsc = d * sc.astype(np.float32)
         a = _f32(k_a) * dsc
         c = _fma(-dmin, m.astype(np.float32), _f32(k_c) * dsc)
@@ -290,8 +268,8 @@ def piece_decode(ggml_type: int, buf: np.ndarray, addr: np.ndarray, sub: int) ->
             _mask(_rotl(lo, 29 if k >> 1 else 1), 0x1E1E1E1E) | _mask(_rotl(hi, (5 - 2 * k) & 31), 0x60606060)
             for lo, hi in zip(ql, qh, strict=True)
         ]
-        scale = _u8(buf, addr + 192 + sub).astype(np.uint8).view(np.int8).astype(np.float32)
-        dsc = _half(_u16(buf, addr + 208)) * scale
+        scale = u8(buf, addr + 192 + sub).astype(np.uint8).view(np.int8).astype(np.float32)
+        dsc = half(u16(buf, addr + 208)) * scale
         a, c = _f32(128.0) * dsc, _f32(-96.0) * dsc
     else:
         raise AssertionError(ggml_type)
@@ -307,7 +285,7 @@ def piece_weights(ggml_type: int, buf: np.ndarray, addr: np.ndarray, sub: int) -
 
 
 def _u128_pieces(buf: np.ndarray, addr: np.ndarray, count: int) -> list[list[np.ndarray]]:
-    return [_u128(buf, addr + 16 * i) for i in range(count)]
+    return [u128(buf, addr + 16 * i) for i in range(count)]
 
 
 def padded(raw: np.ndarray) -> np.ndarray:
