@@ -346,6 +346,22 @@ def _sdist(given: str | None, find_links: list[str], work: Path) -> Path:
     return downloaded
 
 
+def extract(tar: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo] | None = None) -> None:
+    """Extract an sdist's files (all, or `members`) under dest, refusing any that would land outside it:
+    tarfile's "data" filter where this Python has it (3.11.4+), else a check here that takes plain files
+    and folders inside dest only (Debian 12's python3 is 3.11.2; the sdist holds no links)."""
+    chosen = tar.getmembers() if members is None else members
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, chosen, filter="data")
+        return
+    root = dest.resolve()
+    for member in chosen:
+        target = (root / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
+            raise tarfile.TarError(f"refusing {member.name!r} of {tar.name}: not a plain file inside it")
+    tar.extractall(dest, chosen)
+
+
 def build(choice: Choice, sdist: str | None = None, find_links: list[str] = (), isolation: bool = True,
           root: Path | None = None) -> Path:  # fmt: skip
     """Build the wheel for `choice` into its keyed cache folder and return it."""
@@ -355,7 +371,7 @@ def build(choice: Choice, sdist: str | None = None, find_links: list[str] = (), 
         work = Path(tmp)
         archive = _sdist(sdist, list(find_links), work)
         with tarfile.open(archive) as tar:
-            tar.extractall(work / "src", filter="data")
+            extract(tar, work / "src")
         source = next((work / "src").iterdir())
         if "vulkan-layer-settings" in choice.patches and patch_vulkan_layer_settings(source):
             print(f"patched ggml-vulkan.cpp: VK_EXT_layer_settings guarded for headers < "
@@ -530,7 +546,7 @@ def build_rpc_server(choice: Choice, wheel: Path, sdist: str | None = None, find
         with tarfile.open(archive) as tar:
             member = next(m for m in tar.getmembers() if m.name.endswith(RPC_SOURCE))
             member.name = "rpc-server.cpp"
-            tar.extract(member, work / "src", filter="data")
+            extract(tar, work / "src", [member])
         with zipfile.ZipFile(wheel) as whl:  # the headers and libggml this worker links against
             whl.extractall(work / "wheel", [n for n in whl.namelist() if n.startswith(("include/", "lib/"))])
         (work / "src" / "CMakeLists.txt").write_text(RPC_CMAKE)

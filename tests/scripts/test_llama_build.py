@@ -147,7 +147,7 @@ def test_the_vulkan_patch_applies_to_the_vendored_source(tmp_path: Path) -> None
     with tarfile.open(_sdist()) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(name))
         member.name = f"src/{name}"
-        tar.extract(member, tmp_path, filter="data")
+        lb.extract(tar, tmp_path, [member])
     source = tmp_path / "src"
     before = (source / name).read_text()
     assert lb.patch_vulkan_layer_settings(source)
@@ -230,3 +230,27 @@ def test_this_environment_has_its_rpc_server_beside_the_backends() -> None:
     done = subprocess.run([str(installed), "--help"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0
     assert "--host HOST" in done.stderr
+
+
+@pytest.mark.parametrize("data_filter", [True, False], ids=["data-filter", "python-3.11.2"])
+def test_extract_keeps_an_archive_inside_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_filter: bool
+) -> None:
+    """Without tarfile's data filter (Python before 3.11.4, as Debian 12 ships) the check is our own."""
+    if not data_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    elif not hasattr(tarfile, "data_filter"):
+        pytest.skip("this Python's tarfile has no data filter")
+    archive = tmp_path / "a.tar"
+    payload = tmp_path / "payload.txt"
+    payload.write_text("vendored source\n")
+    with tarfile.open(archive, "w") as tar:
+        tar.add(payload, "pkg/src/file.txt")
+    with tarfile.open(archive) as tar:
+        lb.extract(tar, tmp_path / "out")
+    assert (tmp_path / "out" / "pkg" / "src" / "file.txt").read_text() == "vendored source\n"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(payload, "../escaped.txt")
+    with tarfile.open(archive) as tar, pytest.raises(tarfile.TarError):
+        lb.extract(tar, tmp_path / "out")
+    assert not (tmp_path / "escaped.txt").exists()
