@@ -79,6 +79,7 @@ def test_frozen_engine_answers(frozen_engine: str) -> None:
 
 def _frozen_answer(exe: Path, gemma: Path, home: Path, device: str, env: dict[str, str]) -> dict:
     """One greedy chat answer (16 tokens, logprobs with the top 2) from a frozen engine on `device`."""
+    home.mkdir(parents=True, exist_ok=True)
     log = home / f"engine-{device}.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
