@@ -97,6 +97,7 @@ def _native_or_why_not(
 
 UNPLACED_N_CTX = 4096  # the context of an Engine built without a placement (tests, scripts)
 
+
 def check_settings(settings: Settings) -> None:
     """Settings that cannot work together, refused before anything loads."""
     es, ds = settings.engine, settings.draft
