@@ -137,6 +137,13 @@ class Engine:
         # a step verifies every stream's draft in one pass of at most n_batch tokens
         width = ds.max_draft + 1 if ds.mode != "none" else 1
         self._n_seq = max(1, min(es.slots, es.n_batch // width))
+        self.one_slot_reason = ""  # why a llama.cpp target keeps one sequence (our kernels always do)
+        if es.slots == 1:
+            self.one_slot_reason = "engine.slots is 1"
+        elif self._n_seq == 1:
+            self.one_slot_reason = (
+                f"engine.n_batch {es.n_batch} holds one stream's verify pass of {width} tokens"
+            )
         self.target = self._load_target(Path(target))
         self.slots = Slots(self.target)
         self.scheduler = Scheduler(self.target, self.slots)

@@ -88,10 +88,10 @@ def engine_props(engine: Engine) -> dict[str, Any]:
 def _batching(engine: Engine) -> dict[str, Any]:
     """How concurrent requests run."""
     scheduler = engine.scheduler
-    if not scheduler.batched and engine.settings.engine.slots == 1:
-        why = "engine.slots is 1: requests run one at a time"
-    elif not scheduler.batched:
-        why = f"the {engine.target.backend_name} backend keeps one sequence here: requests run one at a time"
+    if not scheduler.batched:
+        one = engine.one_slot_reason if engine.target.backend_name == "llama" else ""
+        one = one or f"the {engine.target.backend_name} backend keeps one sequence here"
+        why = f"{one}: requests run one at a time"
     else:
         why = (
             "continuous batching over llama.cpp sequences: the open streams' tokens and n-gram drafts go "

@@ -218,16 +218,26 @@ def test_a_seed_gives_the_same_text_cold_and_cached(engine: Engine) -> None:
     assert unseeded.reused_tokens == n_prompt - 1
 
 
-@pytest.mark.parametrize(("slots", "n_batch", "expected"), [(1, 64, 1), (3, 64, 3), (8, 32, 6)])
-def test_the_slots_setting_sizes_the_cache(gemma_path: Path, slots: int, n_batch: int, expected: int) -> None:
+@pytest.mark.parametrize(
+    ("slots", "n_batch", "max_draft", "expected", "alone_because"),
+    [
+        (1, 64, 4, 1, "engine.slots is 1"),
+        (3, 64, 4, 3, None),
+        (8, 32, 4, 6, None),
+        (8, 32, 16, 1, "engine.n_batch 32 holds one stream's verify pass of 17 tokens"),
+    ],
+)
+def test_the_slots_setting_sizes_the_cache(
+    gemma_path: Path, slots: int, n_batch: int, max_draft: int, expected: int, alone_because: str | None
+) -> None:
     """[engine] slots sets the KV slots, as many as one verify pass of every stream's draft fits in
-    n_batch (max_draft 4: 5 tokens a stream, so 32 // 5 = 6 of 8)."""
-    base = settings("ngram", max_draft=4)
+    n_batch (max_draft 4: 5 tokens a stream, so 32 // 5 = 6 of 8; max_draft 16: 32 // 17 = 1)."""
+    base = settings("ngram", max_draft=max_draft)
     engine_settings = base.engine.model_copy(update={"n_batch": n_batch, "slots": slots})
     with Engine(gemma_path, None, base.model_copy(update={"engine": engine_settings})) as e:
         assert len(e.slots.slots) == expected
         batching = e.props()["batching"]
         assert batching["slots"] == expected
         assert batching["batched"] is (expected > 1)
-        if slots == 1:
-            assert "engine.slots is 1" in batching["reason"]
+        if alone_because is not None:
+            assert batching["reason"] == f"{alone_because}: requests run one at a time"
