@@ -16,57 +16,23 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import ConfigError, Settings
-from app.devices import placement
-from app.engine.engine import Engine
 from app.engine.errors import EngineError
+from app.server.app import create_app
+from app.server.errors import APIError, error_event, from_engine_error, parse_body
 from app.server.hosts import is_loopback
+from app.server.jobs import event_stream, model_id, read_body
 from app.server.listeners import Listener, bind
-from app.server.protocol import APIError, error_event, from_engine_error, parse_body
-from app.server.routes import AppState, create_app, event_stream, model_id, read_body
-from app.server.worker import END, Busy, Loader, ShuttingDown, Stage, Worker
+from app.server.runner.base import END, Busy, Runner, ShuttingDown, Stage
+from app.server.runner.load import LoadRequest
+from app.server.state import AppState
 
 log = logging.getLogger("foresight.admin")
-
-
-_FROM_SETTINGS: Any = object()
-
-
-def engine_loader(
-    settings: Settings,
-    target: str | Path,
-    draft: str | Path | None,
-    mode: str | None = None,
-    mmproj: str | Path | None = _FROM_SETTINGS,
-) -> Loader:
-    """What the worker calls to build an Engine: packaged keys resolved, `mode` overriding settings.draft,
-    `mmproj` overriding settings.engine.mmproj (None: no projector)."""
-    if mode is not None:
-        settings = settings.model_copy(update={"draft": settings.draft.model_copy(update={"mode": mode})})
-    if mmproj is not _FROM_SETTINGS:
-        projector = str(mmproj) if mmproj else None
-        settings = settings.model_copy(
-            update={"engine": settings.engine.model_copy(update={"mmproj": projector})}
-        )
-
-    def load(progress: Any) -> Engine:
-        from app.catalog.packaged import resolve_model
-
-        target_path = resolve_model(target)
-        draft_path = resolve_model(draft) if draft else None
-        if placement.is_automatic(settings):
-            progress("finding devices")
-        settled, placed = placement.settle(settings, target_path, draft_path)
-        engine = Engine(target_path, draft_path, settled, progress)
-        engine.placement = placement.describe(placed)
-        return engine
-
-    return load
 
 
 class Admin:
     """What the admin routes act on: the worker, the settings, and the public listener when one is open."""
 
-    def __init__(self, worker: Worker, settings: Settings) -> None:
+    def __init__(self, worker: Runner, settings: Settings) -> None:
         self.worker = worker
         self.settings = settings
         self.public: Listener | None = None
@@ -128,7 +94,7 @@ class PublicRequest(BaseModel):
     api_key: str | None = Field(None, min_length=1, description="Bearer key the listener asks for")
 
 
-class LoadRequest(BaseModel):
+class LoadBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     target: str = Field(min_length=1, description="target GGUF: a path or a packaged model's key")
@@ -201,15 +167,14 @@ def _start(start: Any) -> Any:
 async def load(request: Request) -> Response:
     """Load another target/drafter pair; the stages stream as SSE: {"stage": ...}, or {"error": ...}."""
     admin = _admin(request)
-    body = parse_body(LoadRequest, await read_body(request))
+    body = parse_body(LoadBody, await read_body(request))
     if body.draft and body.ngram:
         raise APIError(400, "give draft or ngram, not both", "invalid_request_error", "ngram")
     target = await _model_file(body.target, "target")
     draft = await _model_file(body.draft, "draft") if body.draft else None
     mmproj = await _model_file(body.mmproj, "mmproj") if body.mmproj else None
     mode = "model" if draft else "ngram" if body.ngram else "none"
-    loader = engine_loader(admin.settings, target, draft, mode, mmproj)
-    events = _start(lambda: admin.worker.load(loader))
+    events = _start(lambda: admin.worker.load(LoadRequest.of(admin.settings, target, draft, mode, mmproj)))
     state: AppState = request.app.state.foresight
 
     async def stream() -> AsyncIterator[str]:

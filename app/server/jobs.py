@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 from fastapi import Request
@@ -19,10 +19,9 @@ from app.engine.sampling import LogprobTrace, SamplingParams
 from app.engine.stats import SpecStats
 from app.engine.tools import Parsed, ToolCall, ToolCallParser, finish_reason, forced_prefill
 from app.server.admission import Results
-from app.server.errors import APIError
+from app.server.errors import APIError, stream_error
 from app.server.guards import current_caller
-from app.server.state import AppState
-from app.server.worker import (
+from app.server.runner.base import (
     END,
     Job,
     Logprob,
@@ -33,6 +32,7 @@ from app.server.worker import (
     ShuttingDown,
     Started,
 )
+from app.server.state import AppState
 
 log = logging.getLogger("foresight.server")
 
@@ -162,25 +162,6 @@ def chat_body_limit(state: AppState) -> int:
         return MAX_BODY_BYTES
     engine = state.settings.engine
     return MAX_BODY_BYTES + engine.max_images * (engine.max_image_bytes * 4 // 3 + 64)
-
-
-def refuse_images(messages: list[dict[str, Any]], props: dict[str, Any] | None) -> None:
-    """An image part sent to a model that cannot see is refused by name, never silently dropped."""
-    if props is None or props.get("vision"):
-        return  # no model yet: the generation itself answers model_not_loaded
-    for i, m in enumerate(messages):
-        content = m.get("content")
-        if not isinstance(content, list):
-            continue
-        for j, part in enumerate(content):
-            if isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
-                raise APIError(
-                    400,
-                    "the loaded model has no vision: it cannot read images (load it with its vision "
-                    "projector, or ask without the image)",
-                    "model_has_no_vision",
-                    f"messages[{i}].content[{j}]",
-                )
 
 
 # --- running the job --------------------------------------------------------------------------------
@@ -335,6 +316,47 @@ async def collect(request: Request, submission: Submission, first: Any) -> Reply
         stop,
         job.prompt_tokens or 0,
     )
+
+
+class StreamEvents(Protocol):
+    """One dialect's server-sent events for one streamed reply, as the reply comes."""
+
+    def opening(self) -> list[str]:
+        """Before the first piece."""
+        ...
+
+    def piece(self, piece: Piece, parsed: Parsed, finish: str | None) -> list[str]:
+        """For each piece: its content, the tool calls that closed in it, and on the last its `finish`
+        (the reply's finish reason: tool_calls where calls were made)."""
+        ...
+
+    def failed(self, error: APIError, held: str) -> list[str]:
+        """Where the generation failed: `held` is the text the tool-call parser still held."""
+        ...
+
+    def closing(self) -> list[str]:
+        """After the last piece of a generation that ended well."""
+        ...
+
+
+async def stream_events(submission: Submission, first: Any, events: StreamEvents) -> AsyncIterator[str]:
+    """The submission's pieces as `events` writes them."""
+    for event in events.opening():
+        yield event
+    try:
+        async for piece, parsed in parsed_pieces(submission, first):
+            finish = (
+                reply_finish(submission, piece.finish_reason) if piece.finish_reason is not None else None
+            )
+            for event in events.piece(piece, parsed, finish):
+                yield event
+    except Exception as exc:
+        error = stream_error(exc)
+        for event in events.failed(error, held_text(submission)):
+            yield event
+        return
+    for event in events.closing():
+        yield event
 
 
 def event_stream(events: AsyncIterator[str], headers: dict[str, str] | None = None) -> StreamingResponse:

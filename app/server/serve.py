@@ -13,12 +13,14 @@ from collections.abc import Callable
 
 from app import lockfile
 from app.config import ConfigError, Settings
-from app.server import assembly, parent
-from app.server.admin import Admin, engine_loader, mount
+from app.server import parent
+from app.server.admin import Admin, mount
+from app.server.app import create_app
 from app.server.hosts import is_loopback
 from app.server.listeners import Listener, bind
-from app.server.routes import create_app
-from app.server.worker import Worker
+from app.server.runner.base import Runner
+from app.server.runner.load import LoadRequest
+from app.server.runner.worker import Worker
 
 log = logging.getLogger("foresight.serve")
 # Secrets come from the environment or stdin, never from argv (other local users can read command lines).
@@ -45,7 +47,7 @@ def _on_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> No
             signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop))
 
 
-async def _run(private: Listener, admin: Admin, worker: Worker) -> bool:
+async def _run(private: Listener, admin: Admin, worker: Runner) -> bool:
     """Serve until SIGTERM/SIGINT (or a failed first load); False if the first load failed."""
     stop = asyncio.Event()
     _on_signals(asyncio.get_running_loop(), stop.set)
@@ -71,7 +73,7 @@ async def _run(private: Listener, admin: Admin, worker: Worker) -> bool:
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     if getattr(args, "engine_child", False):  # the model's own process, under a server using RPC workers
-        from app.server.engine_child import child_main
+        from app.server.runner.child import child_main
 
         return child_main()
     parent_pid = getattr(args, "parent_pid", None)
@@ -92,15 +94,15 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     port = sock.getsockname()[1]
     lock = lockfile.write(lockfile.EngineRecord.for_this_process(port, token, parent_pid)) if token else None
     draft = getattr(args, "draft", None)
-    loader = assembly.reporting(engine_loader(settings, args.target, draft), args.target, draft)
+    request = LoadRequest.of(settings, args.target, draft)
+    worker: Runner
     if settings.engine.rpc:  # a lost RPC worker aborts the process that holds the model: that is a child
-        from app.server.engine_child import ChildWorker
+        from app.server.runner.child import ChildWorker
 
         level = getattr(args, "log_level", "INFO")
-        child = ChildWorker(loader, settings.server.queue_size, settings.engine.rpc, level)
-        worker: Worker = child  # type: ignore[assignment]  # the same face for the routes
+        worker = ChildWorker(request, settings.server.queue_size, settings.engine.rpc, level)
     else:
-        worker = Worker(loader, settings.server.queue_size)
+        worker = Worker(request, settings.server.queue_size)
     app = create_app(worker, settings, api_key, sock.getsockname()[1], admin_token=token)
     admin = Admin(worker, settings)
     mount(app, admin)

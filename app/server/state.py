@@ -10,7 +10,7 @@ from fastapi import Request
 
 from app.config import Settings
 from app.server.admission import Admission
-from app.server.worker import Job, Worker
+from app.server.runner.base import Job, Runner
 
 
 @dataclass
@@ -18,7 +18,7 @@ class AppState:
     """Everything the routes share: the worker, its admission (one for all listeners), the settings and what
     the guards check."""
 
-    worker: Worker
+    worker: Runner
     admission: Admission
     settings: Settings
     api_key: str | None

@@ -21,7 +21,7 @@ import pytest
 
 from app.server.admission import Admission
 from app.server.errors import APIError
-from app.server.worker import END, Started
+from app.server.runner.base import END, Started
 from tests.support.server_helpers import EngineServer, engine_server
 
 CLIENTS, REQUESTS = 16, 3

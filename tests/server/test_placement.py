@@ -43,9 +43,7 @@ def test_explicit_flags_win(gemma_path: Path) -> None:
 
 def test_a_too_long_prompt_gets_context_length_exceeded_with_the_counts(gemma_path: Path) -> None:
     with engine_server(["--target", str(gemma_path), "--no-draft", "--device", "cpu", "--n-ctx", "256"]) as s:
-        r = httpx.post(
-            f"{s.url}/v1/completions", json={"prompt": "word " * 400, "max_tokens": 4}, timeout=60
-        )
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": "word " * 400, "max_tokens": 4}, timeout=60)
         assert httpx.get(f"{s.url}/health", timeout=10).status_code == 200
     assert r.status_code == 400
     error = r.json()["error"]

@@ -11,7 +11,8 @@ import pytest
 from app.engine.engine import Engine
 from app.engine.sampling import SamplingParams
 from app.engine.stats import SpecStats
-from app.server.worker import END, Job, Piece, Worker
+from app.server.runner.base import END, Job, Piece
+from app.server.runner.worker import Worker
 from tests.support.helpers import settings
 
 BASE = "The quarterly report shows that revenue grew in every region, and the board asked for a summary of "

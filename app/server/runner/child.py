@@ -2,10 +2,10 @@
 ends only the child, the client gets an error event, and the engine comes back on this machine's devices.
 
 ggml-rpc ends every failed send or receive in GGML_ABORT, and ggml_abort calls abort() even with an abort
-callback set: the process that holds a model spread over RPC workers dies with a worker. `ChildWorker`
-answers the routes as `Worker` does (submit, load, unload, stop, state, props, metrics) while the real
-Worker and its Engine run in `python -m app serve --engine-child`, over an authenticated loopback
-connection (multiprocessing.connection). When the child dies unasked, the jobs in flight get
+callback set: the process that holds a model spread over RPC workers dies with a worker. `ChildWorker` is a
+Runner (submit, load, unload, stop, state, props, metrics) whose real Worker and Engine run in
+`python -m app serve --engine-child`, over an authenticated loopback connection (multiprocessing.connection);
+loads cross it as LoadRequests (paths and settings). When the child dies unasked, the jobs in flight get
 RemoteDeviceLost (their streams end with an error event), and a new child loads the last pair again with
 the workers left out; /props says why (`rpc.reason`).
 """
@@ -33,18 +33,11 @@ from typing import Any
 
 from app.devices import rpc
 from app.engine.errors import EngineError
-from app.server.wire import dumps, from_wire, send, to_wire
-from app.server.worker import (
-    END,
-    Busy,
-    Job,
-    Loader,
-    Metrics,
-    NotReady,
-    QueueFull,
-    ShuttingDown,
-    Worker,
-)
+from app.server.metrics import Metrics
+from app.server.runner.base import END, Busy, Events, Job, NotReady, QueueFull, ShuttingDown
+from app.server.runner.load import LoadRequest
+from app.server.runner.wire import from_wire, send, to_wire
+from app.server.runner.worker import Worker
 
 log = logging.getLogger("foresight.engine_child")
 
@@ -66,11 +59,11 @@ class RemoteDeviceLost(EngineError):
 class ChildWorker:
     """Worker's face for the routes, with the Worker itself in a child process (see the module)."""
 
-    def __init__(self, load: Loader, queue_size: int, rpc_servers: str, log_level: str = "INFO") -> None:
+    def __init__(self, load: LoadRequest, queue_size: int, rpc_servers: str, log_level: str = "INFO") -> None:
         self._queue_size = queue_size
         self._rpc_servers = rpc_servers
         self._log_level = log_level
-        self._loader = dumps(load)  # the last pair asked for: a new child loads it again
+        self._request = load  # the last pair asked for: a new child loads it again
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._state = "loading"
@@ -137,26 +130,26 @@ class ChildWorker:
             spec = {name: getattr(job, name) for name in _JOB_FIELDS}
             self._send("submit", job_id, spec)
 
-    def load(self, loader: Loader) -> queue.Queue[Any]:
-        return self._control("loading", dumps(loader))
+    def load(self, request: LoadRequest) -> Events:
+        return self._control("loading", request)
 
-    def unload(self) -> queue.Queue[Any]:
+    def unload(self) -> Events:
         return self._control("unloading", None)
 
-    def _control(self, state: str, loader: bytes | None) -> queue.Queue[Any]:
+    def _control(self, state: str, request: LoadRequest | None) -> Events:
         with self._lock:
             if self._stopping.is_set():
                 raise ShuttingDown("the server is shutting down")
             if self._state in ("loading", "unloading"):
                 raise Busy(f"a model is {self._state}; wait for it to finish")
-            events: queue.Queue[Any] = queue.Queue()
+            events: Events = queue.Queue()
             control_id = next(self._ids)
             self._controls[control_id] = events
             self._controls_sent += 1
             self._state = state
-            if loader is not None:
-                self._loader = loader
-            self._send("load" if loader is not None else "unload", control_id, loader)
+            if request is not None:
+                self._request = request
+            self._send("load" if request is not None else "unload", control_id, request)
         return events
 
     def stop(self, timeout: float = 10.0) -> bool:
@@ -224,7 +217,7 @@ class ChildWorker:
         conn = accepted[0]
         self._proc, self._conn = proc, conn
         remote_off = self._lost
-        self._send("init", self._queue_size + 2, remote_off, self._loader)
+        self._send("init", self._queue_size + 2, remote_off, self._request)
         threading.Thread(target=self._read, args=(proc, conn), name="engine-child-read", daemon=True).start()
 
     def _pump_output(self, proc: subprocess.Popen[bytes]) -> None:
@@ -365,11 +358,11 @@ def child_main() -> int:
     parent.watch(os.getppid())  # a SIGKILLed server takes its engine with it
     conn = Client(("127.0.0.1", hello["port"]), authkey=bytes.fromhex(hello["authkey"]))
     send_lock = threading.Lock()
-    kind, queue_size, remote_off, loader = pickle.loads(conn.recv_bytes())
+    kind, queue_size, remote_off, request = pickle.loads(conn.recv_bytes())
     assert kind == "init"
     if remote_off:
         placement.leave_out_remote(remote_off)
-    worker = Worker(pickle.loads(loader), queue_size)
+    worker = Worker(request, queue_size)
     jobs: dict[int, Job] = {}
     controls = [0]  # loads and unloads received: the parent drops status sent before its latest one
     last: list[Any] = [None]
@@ -424,10 +417,10 @@ def child_main() -> int:
                 if job is not None:
                     job.cancel.set()
             elif kind in ("load", "unload"):
-                control_id, data = rest
+                control_id, request = rest
                 controls[0] += 1
                 try:
-                    events = worker.load(pickle.loads(data)) if kind == "load" else worker.unload()
+                    events = worker.load(request) if kind == "load" else worker.unload()
                 except (Busy, ShuttingDown) as exc:
                     events = queue.Queue()
                     events.put(exc)

@@ -2,32 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from app.engine.engine import Engine
 from app.engine.generation import Chunk
 from app.engine.sampling import TokenLogprob
-
-if TYPE_CHECKING:
-    from app.engine.engine import Engine
-    from app.server.worker import Job
-
-
-@dataclass(frozen=True)
-class Logprob:
-    """An emitted token's log-probability, with the best alternatives: tokens as their bytes."""
-
-    token: bytes
-    logprob: float
-    top: tuple[tuple[bytes, float], ...]
-
-
-@dataclass
-class Piece(Chunk):
-    """A Chunk as the routes get it, with what only the worker can tell them."""
-
-    logprobs: list[Logprob] | None = None  # per token of this piece, when the request asked
-    stop_sequence: str | None = None  # on the last piece: the request's stop string that ended it
+from app.server.runner.base import Job, Logprob, Piece
 
 
 class Pieces:

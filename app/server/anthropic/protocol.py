@@ -9,10 +9,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app.engine import grammar
+from app.server.content import IMAGE_PARTS
 from app.server.errors import APIError
 from app.server.fields import MESSAGES_IGNORED, Lenient, Strict, stop_list
 from app.server.jobs import Sampling
-from app.server.protocol import IMAGE_PARTS
 
 log = logging.getLogger("foresight.server")
 

@@ -1,9 +1,5 @@
-"""The one thread that owns the Engine: loads it, runs queued jobs one at a time, swaps or drops it.
-
-HTTP handlers never touch the Engine. They put a Job on a bounded queue; the engine thread sends back
-values on the job's own results queue: Chunks, then END, or an exception object instead. Loading and
-unloading travel the same queue as controls, with their own events queue: Stages, then END.
-"""
+"""The Runner that owns the Engine in a thread of this process: loads it, runs queued jobs side by side,
+swaps or drops it. Loads and unloads travel the jobs' queue as controls."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -20,82 +15,24 @@ from app.engine.engine import Engine, Prompt
 from app.engine.errors import ContextLengthExceeded, EngineError
 from app.engine.generation import GenerationRequest
 from app.engine.grammar import vocab_pointer
-from app.engine.sampling import SamplingParams
 from app.engine.stats import SpecStats
-from app.server.metrics import Metrics as Metrics  # engine_child and the routes read it here
-from app.server.pieces import Logprob as Logprob  # the routes read these here
-from app.server.pieces import Piece as Piece
-from app.server.pieces import Pieces
+from app.server.metrics import Metrics
+from app.server.runner.base import (
+    END,
+    Busy,
+    Events,
+    Job,
+    Loader,
+    NotReady,
+    PromptCount,
+    QueueFull,
+    ShuttingDown,
+    Stage,
+    Started,
+)
+from app.server.runner.pieces import Pieces
 
 log = logging.getLogger("foresight.worker")
-
-
-class _End:
-    def __repr__(self) -> str:
-        return "END"
-
-
-END: Final = _End()
-
-
-@dataclass(frozen=True)
-class Started:
-    """The prompt is rendered and fits: generation begins (a stream can send its headers now)."""
-
-
-@dataclass(frozen=True)
-class PromptCount:
-    """The answer to a count-only job: the rendered prompt's length in tokens."""
-
-    tokens: int
-
-
-Result = Piece | Started | PromptCount | _End | BaseException
-Loader = Callable[[Callable[[str], None]], Engine]  # builds an Engine, reporting its stages by name
-
-
-class NotReady(Exception):
-    """No model is loaded: it is loading, unloading, unloaded, or failed to load."""
-
-
-class QueueFull(Exception):
-    """queue_size jobs are already waiting."""
-
-
-class ShuttingDown(Exception):
-    """The server stopped before this job ran."""
-
-
-class Busy(Exception):
-    """A model is already being loaded or unloaded."""
-
-
-@dataclass(eq=False)  # identity: listeners keep their jobs in a WeakSet
-class Job:
-    """One generation: a chat (messages) or a raw text prompt, and where its results go."""
-
-    params: SamplingParams
-    max_tokens: int
-    stop: list[str]
-    messages: list[dict[str, Any]] | None = None
-    tools: list[dict[str, Any]] | None = None
-    prefill: str = ""  # assistant text the chat reply begins with (a forced tool call)
-    text: str | None = None
-    suffix: str | None = None  # with text: fill in the middle between text and suffix
-    speculative: bool = True
-    count_only: bool = False  # render the prompt and answer its length (PromptCount), generate nothing
-    client: str = ""  # who asked (the window, an API key's hash, a remote address): KV prefixes stay theirs
-    results: queue.Queue[Result] = field(default_factory=queue.Queue)
-    cancel: threading.Event = field(default_factory=threading.Event)
-    prompt_tokens: int | None = None  # set by the engine thread before the first result
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A step of a load: unloading, loading target, loading drafter, calibrating, ready (or unloaded)."""
-
-    name: str
-    elapsed_s: float
 
 
 @dataclass
@@ -103,7 +40,7 @@ class _Control:
     """Load an Engine (loader) or only drop the current one (loader None)."""
 
     loader: Loader | None
-    events: queue.Queue[Stage | _End | BaseException] = field(default_factory=queue.Queue)
+    events: Events = field(default_factory=queue.Queue)
 
 
 class Worker:
@@ -153,15 +90,15 @@ class Worker:
             except queue.Full:
                 raise QueueFull from None
 
-    def load(self, loader: Loader) -> queue.Queue[Stage | _End | BaseException]:
+    def load(self, loader: Loader) -> Events:
         """Replace the loaded Engine (if any) by loader's; its Stages, then END (or an exception), follow."""
         return self._control(_Control(loader), "loading")
 
-    def unload(self) -> queue.Queue[Stage | _End | BaseException]:
+    def unload(self) -> Events:
         """Close the Engine and free its memory; jobs get NotReady until the next load."""
         return self._control(_Control(None), "unloading")
 
-    def _control(self, control: _Control, state: str) -> queue.Queue[Stage | _End | BaseException]:
+    def _control(self, control: _Control, state: str) -> Events:
         with self._lock:
             if self._stopping.is_set():
                 raise ShuttingDown("the server is shutting down")

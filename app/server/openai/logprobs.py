@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.server.worker import Logprob
+from app.server.runner.base import Logprob
 
 
 def _text(token: bytes) -> str:

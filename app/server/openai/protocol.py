@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any, Literal
 
 from pydantic import (
@@ -21,16 +20,13 @@ from pydantic_core import PydanticCustomError
 from app.engine import grammar
 from app.engine.stats import SpecStats
 from app.engine.tools import ToolCall
-from app.server.errors import APIError, error_event, from_engine_error, parse_body
+from app.server.content import TEXT_PARTS, check_parts
+from app.server.errors import APIError
 from app.server.fields import CHAT_IGNORED, COMPLETION_IGNORED, Lenient, Strict, stop_list
 from app.server.jobs import Sampling
-from app.server.logprobs import ChoiceLogprobs, CompletionLogprobs
-
-__all__ = ["APIError", "error_event", "from_engine_error", "parse_body"]  # admin.py's names from here
+from app.server.openai.logprobs import ChoiceLogprobs, CompletionLogprobs
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
-TEXT_PARTS = ("text", "input_text", "output_text", "refusal")
-IMAGE_PARTS = ("image_url", "input_image")
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound for chat; completions allow 5
 
 
@@ -249,17 +245,6 @@ def _as_text_part(part: dict[str, Any]) -> dict[str, Any]:
     return part
 
 
-def check_parts(parts: list[Any], param: str) -> None:
-    """Text and image parts are read; any other part (audio, files) is refused by name, never dropped."""
-    for j, part in enumerate(parts):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in TEXT_PARTS or kind in IMAGE_PARTS:
-            continue
-        what = {"input_audio": "audio", "file": "file", "input_file": "file"}.get(str(kind))
-        message = f"{what} parts are not supported" if what else f"unknown content part type {kind!r}"
-        raise APIError(400, f"{param}[{j}]: {message}", "invalid_request_error", f"{param}[{j}]")
-
-
 class CompletionRequest(SamplingRequest):
     ignored = COMPLETION_IGNORED
 
@@ -435,10 +420,6 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
-
-
-def new_id(prefix: str, sep: str = "-") -> str:
-    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
 
 
 def sse(payload: BaseModel | str) -> str:

@@ -1,0 +1,1 @@
+"""OpenAI's dialect: chat and text completions, the model list, Responses (Codex), logprobs."""
