@@ -22,7 +22,7 @@ from app.server.errors import APIError, error_event, from_engine_error, parse_bo
 from app.server.hosts import is_loopback
 from app.server.jobs import event_stream, model_id, read_body
 from app.server.listeners import Listener, bind
-from app.server.runner.base import END, Busy, Runner, ShuttingDown, Stage
+from app.server.runner.base import END, Busy, Events, Runner, ShuttingDown, Stage
 from app.server.runner.load import LoadRequest
 from app.server.state import AppState
 
@@ -175,29 +175,26 @@ async def load(request: Request) -> Response:
     mmproj = await _model_file(body.mmproj, "mmproj") if body.mmproj else None
     mode = "model" if draft else "ngram" if body.ngram else "none"
     events = _start(lambda: admin.worker.load(LoadRequest.of(admin.settings, target, draft, mode, mmproj)))
-    state: AppState = request.app.state.foresight
+    return event_stream(_stages(events, admin, request.app.state.foresight))
 
-    async def stream() -> AsyncIterator[str]:
-        while True:
-            item = await anyio.to_thread.run_sync(events.get, abandon_on_cancel=True)
-            if item is END:
-                break
-            if isinstance(item, BaseException):
-                yield error_event(_load_error(item))
-            elif isinstance(item, Stage):
-                payload: dict[str, Any] = {"stage": item.name, "elapsed_s": item.elapsed_s}
-                if item.name == "ready" and admin.worker.props is not None:
-                    props = admin.worker.props
-                    payload.update(
-                        model=model_id(state),
-                        draft=props["draft"]["source"],
-                        context_length=props["target"]["n_ctx"],
-                        vision=props.get("vision", False),
-                    )
-                yield _event(payload)
-        yield "data: [DONE]\n\n"
 
-    return event_stream(stream())
+async def _stages(events: Events, admin: Admin, state: AppState) -> AsyncIterator[str]:
+    """A load's stages as events; the last, "ready", with what was loaded."""
+    while (item := await anyio.to_thread.run_sync(events.get, abandon_on_cancel=True)) is not END:
+        if isinstance(item, BaseException):
+            yield error_event(_load_error(item))
+        elif isinstance(item, Stage):
+            payload: dict[str, Any] = {"stage": item.name, "elapsed_s": item.elapsed_s}
+            if item.name == "ready" and admin.worker.props is not None:
+                props = admin.worker.props
+                payload.update(
+                    model=model_id(state),
+                    draft=props["draft"]["source"],
+                    context_length=props["target"]["n_ctx"],
+                    vision=props.get("vision", False),
+                )
+            yield _event(payload)
+    yield "data: [DONE]\n\n"
 
 
 @router.post("/unload")

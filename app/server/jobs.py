@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +56,10 @@ class Sampling:
     seed: int | None = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
+
+    def overrides(self) -> dict[str, Any]:
+        """The fields SamplingParams takes (None: the server's setting stays)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("max_tokens", "stop")}
 
 
 @dataclass
@@ -110,15 +114,7 @@ def make_job(
     defaults = state.settings.sampling
     params = SamplingParams.from_settings(
         defaults,
-        temperature=sampling.temperature,
-        top_k=sampling.top_k,
-        top_p=sampling.top_p,
-        min_p=sampling.min_p,
-        repeat_penalty=sampling.repeat_penalty,
-        presence_penalty=sampling.presence_penalty,
-        frequency_penalty=sampling.frequency_penalty,
-        logit_bias=sampling.logit_bias or None,
-        seed=sampling.seed,
+        **sampling.overrides(),
         grammar=constraint,
         logprobs=LogprobTrace(logprobs) if logprobs is not None else None,
     )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from app import lockfile
 from app.config import ConfigError, Settings
+from app.logs import install_excepthooks
 from app.server import parent
 from app.server.admin import Admin, mount
 from app.server.app import create_app
@@ -72,6 +73,7 @@ async def _run(private: Listener, admin: Admin, worker: Runner) -> bool:
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
+    install_excepthooks()  # a thread's uncaught error reaches the log the window shows, with its traceback
     if getattr(args, "engine_child", False):  # the model's own process, under a server using RPC workers
         from app.server.runner.child import child_main
 
