@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-DEFAULT_RPC_PORT = 50052  # rpc-server's own default: a worker's port unless the user picks another
+RPC_PORT = 50052  # rpc-server's own default: a worker's port unless the user picks another
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,11 @@ def parse_endpoint(text: str) -> Endpoint:
     text = text.strip()
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{text!r} is not host:port (e.g. 192.168.1.20:{DEFAULT_RPC_PORT})")
+        raise ValueError(f"{text!r} is not host:port (e.g. 192.168.1.20:{RPC_PORT})")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:{DEFAULT_RPC_PORT}")
+        raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:{RPC_PORT}")
     return Endpoint(host, int(port))
 
 
