@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app import paths
-from app.devices.rpc import parse_endpoints
+from app.addresses import parse_endpoints
 
 ENV_PREFIX = "FORESIGHT_"
 

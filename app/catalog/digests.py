@@ -1,4 +1,4 @@
-"""SHA-256 of model files, computed once per version of a file and cached by its path, size and mtime."""
+"""SHA-256 of model files: read in one place, stoppable mid-file, and cached by path, size and mtime."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from app import paths
@@ -13,6 +14,18 @@ from app import paths
 log = logging.getLogger("foresight.digests")
 
 _lock = threading.Lock()
+
+
+def sha256_file(path: str | Path, interrupt: Callable[[], None] | None = None) -> str:
+    """The file's SHA-256 (hex), read whole. `interrupt` runs before each 4 MiB chunk and raises to stop
+    the read (a download paused or cancelled while it verifies)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while chunk := f.read(4 << 20):
+            if interrupt is not None:
+                interrupt()
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def default_cache() -> Path:
@@ -36,8 +49,8 @@ def _read(cache: Path) -> dict[str, dict[str, str]]:
 
 
 def sha256_of(path: str | Path, cache: Path | None = None) -> str:
-    """The file's SHA-256 (hex). A file whose size and modification time are those of the last hash comes
-    from the cache: a 1 GB model is read once, not at every load."""
+    """sha256_file, cached: a file whose size and modification time are those of the last hash comes from
+    the cache (`default_cache()` unless given), so a 1 GB model is read once, not at every load."""
     path = Path(path).resolve()
     cache = cache or default_cache()
     stamp = _stamp(path)
@@ -45,11 +58,7 @@ def sha256_of(path: str | Path, cache: Path | None = None) -> str:
         entry = _read(cache).get(str(path))
     if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
         return entry["sha256"]
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(4 << 20):
-            digest.update(chunk)
-    value = digest.hexdigest()
+    value = sha256_file(path)
     if _stamp(path) != stamp:  # written to while it was read: the digest is of no version; do not keep it
         return value
     with _lock:

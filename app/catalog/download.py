@@ -1,4 +1,3 @@
-# Over 500 lines: one job's whole life (plan, resume, verify, pause, cancel, install) under one lock.
 """Hugging Face downloads: a model pair is one job, resumable after a kill, verified, never half-installed.
 
 huggingface_hub provides the endpoint (`HF_ENDPOINT` honoured), URLs, headers, file metadata (size, the
@@ -15,7 +14,6 @@ The token comes from app.keystore (the OS keyring), never from files or logs.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -42,6 +40,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 
 from app.catalog import manifest
+from app.catalog.digests import sha256_file
 from app.catalog.remote import status_message
 
 log = logging.getLogger(__name__)
@@ -170,16 +169,6 @@ def library_path(models_dir: Path, repo: str, filename: str) -> Path:
     return models_dir.joinpath(*parts)
 
 
-def sha256_file(path: Path, stop: threading.Event | None = None, paused: Callable[[], bool] = bool) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(4 << 20):
-            if stop is not None and stop.is_set():
-                raise DownloadStopped(paused=paused())
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class _Speed:
     """Bytes per second over a sliding window of a few seconds."""
 
@@ -233,6 +222,10 @@ class DownloadJob:
     def cancel(self) -> None:
         self._paused = False
         self._stop.set()
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop.is_set():
+            raise DownloadStopped(self._paused)
 
     # planning -----------------------------------------------------------------------------------
 
@@ -344,7 +337,7 @@ class DownloadJob:
             fetched = self._fetch(p, done_before, total)
             result.bytes_downloaded += fetched
             self._emit(self._snapshot(p, "verifying", done_before, total, p.size))
-            actual = sha256_file(p.part, self._stop, lambda: self._paused) if p.sha256 else None
+            actual = sha256_file(p.part, self._raise_if_stopped) if p.sha256 else None
             if p.part.stat().st_size == p.size and actual == p.sha256:
                 break
             log.warning("%s failed verification (attempt %d)", p.spec.what, attempt)
@@ -392,14 +385,12 @@ class DownloadJob:
             def update(self, n: int) -> None:
                 progress_state["file_done"] += n
                 job._emit(job._snapshot(p, "downloading", done_before, total, progress_state["file_done"]))
-                if job._stop.is_set():
-                    raise DownloadStopped(job._paused)
+                job._raise_if_stopped()
 
             def close(self) -> None:
                 return None
 
-        if self._stop.is_set():
-            raise DownloadStopped(self._paused)
+        self._raise_if_stopped()
         headers = self._headers()
         with p.part.open("ab") as f:
             try:
@@ -426,7 +417,8 @@ class DownloadJob:
             log.exception("progress callback failed")
 
 
-# --- the record of installed files ------------------------------------------------------------------
+# --- files on disk ----------------------------------------------------------------------------------
+
 
 def _fsync(path: Path) -> None:
     """Flush a file (or a folder, for the rename in it) to disk; folders cannot be opened on Windows."""
@@ -476,21 +468,10 @@ def _part_matches(part: Path, p: PlannedFile) -> bool:
 
 
 def _record(models_dir: Path, p: PlannedFile) -> None:
-    with manifest.lock(models_dir):
-        data = manifest.read(models_dir)
-        key = str(p.final.relative_to(models_dir))
-        data[key] = {
-            "repo": p.spec.repo,
-            "filename": p.spec.filename,
-            "revision": p.spec.revision,
-            "role": p.spec.role,
-            "commit": p.commit,
-            "size": p.size,
-            "sha256": p.sha256,
-            "source": "hub",
-            "added": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        manifest.write(models_dir, data)
+    manifest.add(models_dir, str(p.final.relative_to(models_dir)), {
+        "repo": p.spec.repo, "filename": p.spec.filename, "revision": p.spec.revision, "role": p.spec.role,
+        "commit": p.commit, "size": p.size, "sha256": p.sha256, "source": "hub",
+    })  # fmt: skip
 
 
 def _installed_matches(models_dir: Path, p: PlannedFile) -> bool:

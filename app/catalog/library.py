@@ -12,11 +12,11 @@ import logging
 import os
 import re
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.catalog import download, gguf, manifest
+from app.catalog.digests import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +165,7 @@ class Library:
         else:
             key = f"import:{path}"
             entry["path"] = str(path)
-        entry["added"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        with manifest.lock(self.models_dir):
-            records = manifest.read(self.models_dir)
-            records[key] = entry
-            manifest.write(self.models_dir, records)
+        manifest.add(self.models_dir, key, entry)
         return _describe(path, "import", entry)
 
     def resolve(self, name: str) -> Path:
@@ -228,7 +224,7 @@ class Library:
                 results.append((model, model.problem))
                 continue
             if model.sha256:
-                actual = download.sha256_file(model.path)
+                actual = sha256_file(model.path)
                 if actual != model.sha256:
                     results.append((model, f"SHA-256 mismatch: expected {model.sha256}, found {actual}"))
                     continue

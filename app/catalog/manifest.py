@@ -43,3 +43,13 @@ def lock(models_dir: Path) -> FileLock:
     """Held around every read-modify-write of the manifest, across threads and processes."""
     models_dir.mkdir(parents=True, exist_ok=True)
     return FileLock(str(models_dir / f".{MANIFEST}.lock"))
+
+
+def add(models_dir: Path, key: str, entry: dict) -> None:
+    """Record one installed file under `key` (its path in the models folder, or `import:<path>`), stamped
+    with when it was added."""
+    entry = {**entry, "added": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with lock(models_dir):
+        data = read(models_dir)
+        data[key] = entry
+        write(models_dir, data)

@@ -361,7 +361,7 @@ class ChatStore:
                 "DELETE FROM messages WHERE conversation_id=? AND id>=?", (msg.conversation_id, message_id)
             )
 
-    # --- export / import ---------------------------------------------------------------------
+    # --- export / import (the JSON format; files and Markdown: app.chats.transfer) ----------------
 
     def export_json(self, conversation_ids: list[int] | None = None) -> dict[str, Any]:
         ids = conversation_ids if conversation_ids is not None else [c.id for c in self.conversations()]
@@ -378,16 +378,6 @@ class ChatStore:
                 }
             )
         return {"format": EXPORT_FORMAT, "version": 1, "conversations": out}
-
-    def export_markdown(self, conversation_id: int) -> str:
-        c = self.conversation(conversation_id)
-        lines = [f"# {c.title}", ""]
-        if c.system_prompt:
-            lines += ["**System:** " + c.system_prompt, ""]
-        for m in self.messages(conversation_id):
-            mark = "" if m.status == "complete" else f" *({m.status})*"
-            lines += [f"## {m.role.capitalize()}{mark}", "", m.content, ""]
-        return "\n".join(lines)
 
     def import_json(self, data: dict[str, Any]) -> int:
         """Add the conversations of an export (all or nothing); returns how many were added."""

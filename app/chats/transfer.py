@@ -18,8 +18,20 @@ def export_all_json(store: ChatStore, path: Path) -> int:
     return len(data["conversations"])
 
 
+def markdown_of(store: ChatStore, conversation_id: int) -> str:
+    """A conversation as Markdown: its title, system prompt, and each turn (an unfinished one says why)."""
+    c = store.conversation(conversation_id)
+    lines = [f"# {c.title}", ""]
+    if c.system_prompt:
+        lines += ["**System:** " + c.system_prompt, ""]
+    for m in store.messages(conversation_id):
+        mark = "" if m.status == "complete" else f" *({m.status})*"
+        lines += [f"## {m.role.capitalize()}{mark}", "", m.content, ""]
+    return "\n".join(lines)
+
+
 def export_markdown(store: ChatStore, conversation_id: int, path: Path) -> None:
-    paths.write_atomic(path, store.export_markdown(conversation_id))
+    paths.write_atomic(path, markdown_of(store, conversation_id))
 
 
 def export_file_name(title: str, suffix: str) -> str:

@@ -7,12 +7,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.addresses import parse_endpoints
 from app.catalog import fit, gguf
 from app.catalog.fit import CONTEXT_TIERS as FIT_TIERS
 from app.catalog.fit import GIB, PairNeed
 from app.config import ConfigError, Settings
-from app.devices import probe, remote, rpc
-from app.devices.probe import NOT_IN_BUILD, Device
+from app.devices import child, remote, rpc
+from app.devices.found import NOT_IN_BUILD, Device
 
 BUSY_UTILISATION = 50  # percent; above it a device is someone else's
 # automatic placement sizes the context up to 32k; larger contexts are an explicit choice
@@ -287,7 +288,7 @@ def join_remote(settings: Settings) -> tuple[Settings, list[Device]]:
         settings = settings.model_copy(update={"engine": es.model_copy(update=local)})
         return settings, []
     try:
-        joined, here = remote.attach(rpc.parse_endpoints(servers))
+        joined, here = remote.attach(parse_endpoints(servers))
     except rpc.RemoteError as exc:  # named before llama.cpp would abort the process on it
         raise ConfigError(f"rpc: {exc}") from exc
     _remote = RemoteUse(servers, joined, here)
@@ -316,7 +317,7 @@ def settle(
     if not is_automatic(settings):
         return _drafter_here(settings), None
     if devices is None:
-        devices = probe.discover(paths=probe.PLACEMENT_PROBES).devices()
+        devices = child.discover(paths=child.PLACEMENT_PROBES).devices()
         devices = [d for d in devices if not d.is_remote] + workers
     drafter = draft if settings.draft.mode in ("auto", "model") else None
     try:

@@ -1,140 +1,20 @@
-"""Device discovery: each path (NVML, sysfs, CuPy, llama.cpp, Metal, CPU, RPC workers) in a child with a
-timeout. Over 500 lines: every probe the frozen build dispatches by name lives here, each a child's job."""
+"""Device probes, one per discovery path (NVML, sysfs, CuPy, llama.cpp, Metal, CPU): each runs inside a
+child process (app.devices.child), and here is also where the RPC workers join llama.cpp's device list."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.catalog.fit import GIB
+from app.devices.found import Device, ProbeResult
 
-PROBE_TIMEOUT_S = 20.0
-GPU_KINDS = ("discrete", "integrated", "accelerator")
 SOFTWARE_GPUS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")  # Vulkan/GL on the CPU
 BUILD_RECORD = "foresight-llama-build.json"  # written by scripts/llama_build.py into the environment
-NOT_IN_BUILD = "not usable by this llama.cpp build"
-PROBE_FLAG = "--device-probe"  # how a frozen build runs one probe in a child: Foresight --device-probe nvml
-REMOTE = "remote"  # the RPC workers' probe: run as "remote=host:port,host:port"
-
-
-@dataclass
-class Device:
-    """Facts about one device, as discovered or as loaded from a JSON fixture."""
-
-    name: str
-    vendor: str  # nvidia, amd, apple, intel, cpu, ...
-    kind: str  # discrete, integrated or cpu
-    total_bytes: int = 0
-    free_bytes: int = 0
-    busy_percent: float | None = None
-    arch: str = ""  # compute capability "8.6" or gfx arch "gfx1151"
-    driver: str = ""
-    backends: list[str] = field(default_factory=list)
-    index: int = 0  # index among the GPUs llama.cpp sees; unused for the CPU
-    cores: int = 0
-    flags: list[str] = field(default_factory=list)
-    endpoint: str = ""  # a remote device's worker, host:port
-    latency_ms: float | None = None  # a remote device's round trip, measured
-
-    @property
-    def is_remote(self) -> bool:
-        return self.kind == REMOTE
-
-    @property
-    def is_gpu(self) -> bool:
-        """A real GPU: not the CPU, and not a software rasteriser such as Mesa's lavapipe."""
-        return self.kind in GPU_KINDS
-
-
-@dataclass
-class ProbeResult:
-    """One discovery path: what it found, or why it found nothing."""
-
-    path: str  # nvml, amd-sysfs, cupy, llama.cpp, metal, cpu
-    devices: list[Device] = field(default_factory=list)
-    error: str = ""  # "library missing: ...", "no device", "driver error: ...", "timed out after ..."
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Discovery:
-    probes: list[ProbeResult]
-
-    def devices(self) -> list[Device]:
-        """One entry per physical device, NVML and sysfs first, then the RPC workers', the CPU last,
-        numbered as llama.cpp does.
-
-        Where llama.cpp's own device list was read, each GPU takes llama.cpp's index (its CUDA order is
-        fastest-first, Vulkan's is the driver's, and NVIDIA and AMD probes both count from 0), and a GPU
-        that this llama.cpp build cannot run says so in its flags. Remote devices are RPC0, RPC1, ... in
-        the order of the workers, as llama.cpp names them when they join.
-        """
-        gpus = [d for p in self.probes if p.path in ("nvml", "amd-sysfs", "metal") for d in p.devices]
-        remote = [d for p in self.probes if p.path == REMOTE for d in p.devices]
-        cpus = [d for p in self.probes if p.path == "cpu" for d in p.devices]
-        llama = next((p for p in self.probes if p.path == "llama.cpp"), None)
-        if llama is not None and not llama.error.startswith(("library missing", "timed out", "probe")):
-            gpus = _llama_numbering(gpus, [d for d in llama.devices if d.is_gpu])
-        return gpus + remote + cpus
-
-    def llama_build(self) -> str:
-        """The installed llama.cpp build in words: CPU, CUDA sm_90, Vulkan, HIP gfx1100 (+ RPC)."""
-        llama = next((p for p in self.probes if p.path == "llama.cpp"), None)
-        return str(llama.info.get("build", "unknown")) if llama is not None else "not probed"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"probes": [asdict(p) for p in self.probes]}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Discovery:
-        probes = []
-        for p in data["probes"]:
-            devices = [Device(**d) for d in p.get("devices", [])]
-            probes.append(ProbeResult(p["path"], devices, p.get("error", ""), p.get("info", {})))
-        return cls(probes)
-
-
-def _same_device(gpu: Device, ggml: Device) -> bool:
-    if gpu.name and (gpu.name in ggml.name or ggml.name in gpu.name):
-        return True
-    # sysfs names cards card0, card1: their memory tells them apart
-    return bool(gpu.total_bytes and ggml.total_bytes) and abs(gpu.total_bytes - ggml.total_bytes) <= (
-        0.03 * gpu.total_bytes
-    )
-
-
-def _llama_numbering(gpus: list[Device], ggml_gpus: list[Device]) -> list[Device]:
-    """Each GPU with llama.cpp's index: matched by name or memory, then what is left in order (Metal's
-    device names differ from the probe's); one with no llama.cpp device left is flagged."""
-    matches: dict[int, Device] = {}
-    free = list(ggml_gpus)
-    for i, gpu in enumerate(gpus):
-        match = next((g for g in free if _same_device(gpu, g)), None)
-        if match is not None:
-            matches[i] = match
-            free.remove(match)
-    for i, _gpu in enumerate(gpus):
-        if i not in matches and free:
-            matches[i] = free.pop(0)
-    out = []
-    for i, gpu in enumerate(gpus):
-        match = matches.get(i)
-        if match is None:
-            out.append(Device(**{**asdict(gpu), "flags": [*gpu.flags, NOT_IN_BUILD]}))
-            continue
-        backends = [*gpu.backends, *(b for b in match.backends if b not in gpu.backends)]
-        out.append(Device(**{**asdict(gpu), "index": match.index, "backends": backends}))
-    return out
-
-
-# ---- probes: each runs inside the child process ----
 
 
 def probe_nvml() -> ProbeResult:
@@ -462,64 +342,3 @@ PROBES = {
     "metal": probe_metal,
     "cpu": probe_cpu,
 }
-
-
-def run_probe_in_child(path: str, timeout: float = PROBE_TIMEOUT_S, target: str = "") -> ProbeResult:
-    """Run one probe in a child Python process; a hang or crash becomes this path's error."""
-    if getattr(sys, "frozen", False):  # the bundle dispatches this flag itself (installer/entry.py)
-        command = [sys.executable, PROBE_FLAG, path]
-    else:
-        command = [sys.executable, "-m", "app.devices.probe", "--probe", path]
-    if target:
-        command = [sys.executable, "-c", target]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return ProbeResult(path, error=f"timed out after {timeout:g} s (the driver hung)")
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or [""]
-        return ProbeResult(path, error=f"probe crashed (exit code {done.returncode}) {tail[0]}".strip())
-    try:
-        data = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return ProbeResult(path, error="probe printed no result")
-    return Discovery.from_json({"probes": [data]}).probes[0]
-
-
-def discover(
-    timeout: float = PROBE_TIMEOUT_S, paths: tuple[str, ...] = tuple(PROBES), rpc_servers: str = ""
-) -> Discovery:
-    """Discovery paths, each in its own child process so that one broken driver costs only itself; the
-    children run side by side, so the whole takes as long as the slowest. `rpc_servers` (host:port,...)
-    adds the RPC workers' probe."""
-    paths = (*paths, f"{REMOTE}={rpc_servers}") if rpc_servers else paths
-    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
-        return Discovery(list(pool.map(lambda path: run_probe_in_child(path, timeout), paths)))
-
-
-PLACEMENT_PROBES = ("nvml", "amd-sysfs", "llama.cpp", "metal", "cpu")  # what placement reads
-
-
-# ---- command line ----
-
-
-def probe_main(path: str) -> int:
-    """Run one discovery path and print its result as one JSON line (the child's half of a probe)."""
-    if path.startswith(f"{REMOTE}="):
-        from app.devices.remote import probe_remote
-
-        print(json.dumps(asdict(probe_remote(path.partition("=")[2]))))
-        return 0
-    if path not in PROBES:
-        print(f"unknown probe {path!r}: one of {', '.join(PROBES)}", file=sys.stderr)
-        return 2
-    print(json.dumps(asdict(PROBES[path]())))
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--probe"] and len(sys.argv) == 3:
-        sys.exit(probe_main(sys.argv[2]))
-    from app.devices.report import report
-
-    print(report(discover()))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from app.addresses import Endpoint, parse_endpoints
 from app.devices import rpc
-from app.devices.probe import REMOTE, Device, ProbeResult, join_llama_registry
+from app.devices.found import REMOTE, Device, ProbeResult
+from app.devices.probe import join_llama_registry
 
 
 def remote_devices(answers: list[rpc.RemoteServer], names: list[str] | None = None) -> list[Device]:
@@ -28,7 +30,7 @@ def probe_remote(servers: str) -> ProbeResult:
     """The RPC workers named (host:port, comma-separated): each one's handshake, devices and round trip."""
     result = ProbeResult(REMOTE)
     try:
-        endpoints = rpc.parse_endpoints(servers)
+        endpoints = parse_endpoints(servers)
     except ValueError as exc:
         result.error = str(exc)
         return result
@@ -41,7 +43,7 @@ def probe_remote(servers: str) -> ProbeResult:
     return result
 
 
-def attach(endpoints: list[rpc.Endpoint]) -> tuple[list[Device], list[str]]:
+def attach(endpoints: list[Endpoint]) -> tuple[list[Device], list[str]]:
     """In the engine process: each worker's handshake (RemoteError names one that cannot serve, before
     llama.cpp would abort on it), then its devices join llama.cpp's registry; they are returned, with the
     names of this machine's GPUs."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from app.catalog.fit import GIB
-from app.devices.probe import NOT_IN_BUILD, REMOTE, Discovery
+from app.devices.found import NOT_IN_BUILD, REMOTE, Discovery
 
 
 def report(discovery: Discovery) -> str:

@@ -1,20 +1,20 @@
-"""ggml-rpc workers seen from this machine: addresses, and the protocol's handshake, device count and memory
-spoken from Python, so that a worker that is down, busy or of another version is found out before
-llama.cpp connects (its client aborts the whole process on any of those)."""
+"""ggml-rpc workers seen from this machine: the protocol's handshake, device count and memory spoken from
+Python, so that a worker that is down, busy or of another version is found out before llama.cpp connects
+(its client aborts the whole process on any of those)."""
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.addresses import Endpoint
+
 # The RPC protocol of the vendored llama.cpp (ggml/include/ggml-rpc.h of llama-cpp-python 0.3.36); a
 # test reads it from the installed header. A server must have the same major and no newer minor.
 RPC_PROTO = (7, 0, 0)
-DEFAULT_PORT = 50052  # rpc-server's own default
 HANDSHAKE_TIMEOUT_S = 3.0
 LATENCY_ROUNDS = 5
 _CONN_CAPS = 24  # RPC_CONN_CAPS_SIZE (ggml-rpc/transport.h): all zero from a plain TCP client
@@ -25,52 +25,6 @@ _CMD_DEVICE_COUNT = 15
 
 class RemoteError(Exception):
     """A worker that cannot serve: unreachable, busy, of another protocol version, or malformed."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @property
-    def loopback(self) -> bool:
-        return is_loopback(self.host)
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_endpoint(text: str) -> Endpoint:
-    """host:port (IPv6 as [::1]:port); ValueError names what is wrong."""
-    text = text.strip()
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{text!r} is not host:port (e.g. 192.168.1.20:{DEFAULT_PORT})")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:{DEFAULT_PORT}")
-    return Endpoint(host, int(port))
-
-
-def parse_endpoints(text: str) -> list[Endpoint]:
-    """`host:port[,host:port...]` in order, each once; empty text: none."""
-    out: list[Endpoint] = []
-    for part in text.split(","):
-        if part.strip():
-            endpoint = parse_endpoint(part)
-            if endpoint not in out:
-                out.append(endpoint)
-    return out
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""A model file's SHA-256 is read once per version of the file (its path, size and modification time)."""
+"""A model file's SHA-256: read whole, stoppable mid-file, and cached once per version of the file (its
+path, size and modification time)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from app.catalog.digests import sha256_of
+import pytest
+
+from app.catalog.digests import sha256_file, sha256_of
 
 
 def test_the_digest_is_computed_once_per_version_of_the_file(tmp_path: Path) -> None:
@@ -35,3 +38,19 @@ def test_an_unreadable_cache_is_rebuilt(tmp_path: Path) -> None:
     cache.write_text("{not json")
     assert sha256_of(model, cache) == hashlib.sha256(b"weights").hexdigest()
     assert str(model.resolve()) in json.loads(cache.read_text())
+
+
+def test_a_read_stops_where_its_interrupt_raises(tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(bytes(range(256)) * (3 * 4096 * 4 + 1))  # 12 MiB + 256 bytes: four 4 MiB chunks
+    assert sha256_file(model) == hashlib.sha256(model.read_bytes()).hexdigest()
+    chunks: list[int] = []
+
+    def stop_at_the_third() -> None:
+        chunks.append(len(chunks))
+        if len(chunks) == 3:
+            raise InterruptedError("stopped")
+
+    with pytest.raises(InterruptedError, match="stopped"):
+        sha256_file(model, stop_at_the_third)
+    assert len(chunks) == 3

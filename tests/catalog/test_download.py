@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from app.catalog import download, gguf, manifest, pairing, remote
+from app.catalog.digests import sha256_file
 from app.catalog.packaged import GEMMA_270M, QWEN_CODER_1_5B
 from tests.support.fake_hub import FakeHub
 
@@ -75,8 +76,8 @@ def test_a_pair_downloads_as_one_job_and_verifies(hubsrv: FakeHub, tmp_path: Pat
     files = [download.FileSpec(QWEN_REPO, QWEN_FILE, "target"), _gemma_spec("drafter")]
     result = _job(hubsrv, tmp_path / "models", files, on_progress=events.append).run()
     assert [p.name for p in result.paths] == [QWEN_FILE, GEMMA_FILE]
-    assert download.sha256_file(result.paths[0]) == QWEN_CODER_1_5B.sha256
-    assert download.sha256_file(result.paths[1]) == GEMMA_270M.sha256
+    assert sha256_file(result.paths[0]) == QWEN_CODER_1_5B.sha256
+    assert sha256_file(result.paths[1]) == GEMMA_270M.sha256
     assert result.bytes_downloaded == QWEN_CODER_1_5B.size + GEMMA_270M.size
     assert result.bytes_resumed == 0
     assert not list((tmp_path / "models" / download.PARTIAL_DIR).rglob("*.part"))
@@ -126,7 +127,7 @@ def test_a_killed_download_resumes_where_it_stopped(hubsrv: FakeHub, tmp_path: P
     assert result["bytes_resumed"] == kept
     assert result["bytes_downloaded"] == GEMMA_270M.size - kept
     assert hubsrv.bytes_sent(*GEMMA) == GEMMA_270M.size - kept  # the server agrees: nothing re-sent
-    assert download.sha256_file(final) == GEMMA_270M.sha256
+    assert sha256_file(final) == GEMMA_270M.sha256
     assert not part.exists()
 
 
@@ -135,7 +136,7 @@ def test_a_corrupted_byte_is_detected_and_the_file_fetched_again(hubsrv: FakeHub
     result = _job(hubsrv, tmp_path / "models", [_gemma_spec()]).run()
     assert result.refetched == [f"{GEMMA_REPO}/{GEMMA_FILE}"]
     assert result.bytes_downloaded == 2 * GEMMA_270M.size
-    assert download.sha256_file(result.paths[0]) == GEMMA_270M.sha256
+    assert sha256_file(result.paths[0]) == GEMMA_270M.sha256
 
 
 def test_a_download_larger_than_the_free_space_is_refused_before_starting(
@@ -190,7 +191,7 @@ def test_pause_keeps_the_partial_file_and_the_next_run_resumes(hubsrv: FakeHub, 
     result = _job(hubsrv, tmp_path / "models", [_gemma_spec()]).run()
     assert result.bytes_resumed == kept
     assert result.bytes_downloaded == GEMMA_270M.size - kept
-    assert download.sha256_file(result.paths[0]) == GEMMA_270M.sha256
+    assert sha256_file(result.paths[0]) == GEMMA_270M.sha256
 
 
 def test_cancel_removes_the_partial_file(hubsrv: FakeHub, tmp_path: Path) -> None:
@@ -217,7 +218,7 @@ def test_the_token_is_sent_and_never_logged(
         _job(hubsrv, tmp_path / "models", [_gemma_spec()]).run()
     caplog.set_level(logging.DEBUG)
     result = _job(hubsrv, tmp_path / "models", [_gemma_spec()], token=TOKEN).run()
-    assert download.sha256_file(result.paths[0]) == GEMMA_270M.sha256
+    assert sha256_file(result.paths[0]) == GEMMA_270M.sha256
     assert any(h.get("Authorization") == f"Bearer {TOKEN}" for _, _, h in hubsrv.requests)
     assert TOKEN not in caplog.text
 
@@ -289,7 +290,7 @@ def test_a_partial_file_of_another_version_is_not_resumed(hubsrv: FakeHub, tmp_p
     result = _job(hubsrv, models, [_gemma_spec()]).run()
     assert result.bytes_resumed == 0
     assert result.refetched == []  # started over cleanly rather than appending and failing the hash
-    assert download.sha256_file(result.paths[0]) == GEMMA_270M.sha256
+    assert sha256_file(result.paths[0]) == GEMMA_270M.sha256
 
 
 def test_the_same_job_resumes_after_a_pause(hubsrv: FakeHub, tmp_path: Path) -> None:
@@ -306,7 +307,7 @@ def test_the_same_job_resumes_after_a_pause(hubsrv: FakeHub, tmp_path: Path) -> 
         job.run()
     result = job.run()  # the GUI's resume button calls run() again on the same job
     assert result.bytes_resumed > 0
-    assert download.sha256_file(result.paths[0]) == GEMMA_270M.sha256
+    assert sha256_file(result.paths[0]) == GEMMA_270M.sha256
 
 
 def test_a_file_installed_before_a_crash_is_recorded_not_fetched_again(

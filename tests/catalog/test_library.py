@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.catalog import download, gguf, manifest
+from app.catalog.digests import sha256_file
 from app.catalog.library import Library, LocalModel
 
 
@@ -88,7 +89,7 @@ def test_verify_catches_a_changed_byte_in_a_downloaded_file(tmp_path: Path, gemm
     final.parent.mkdir(parents=True)
     final.write_bytes(gemma_link.read_bytes())
     key = str(final.relative_to(models))
-    record = {"source": "hub", "sha256": download.sha256_file(final), "size": 1}
+    record = {"source": "hub", "sha256": sha256_file(final), "size": 1}
     manifest.write(models, {key: record})
     lib = Library(models)
     assert [why.split(" ")[0] for m, why in lib.verify() if m.source != "packaged"] == ["ok"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.chats.store import _MIGRATIONS, SCHEMA_VERSION, ChatStore, ChatStoreError, trim_to_context
+from app.chats.transfer import markdown_of
 
 
 @pytest.fixture
@@ -70,7 +71,7 @@ def test_export_and_import_json_and_markdown(store: ChatStore, tmp_path: Path) -
     store.add_message(c.id, "user", "A haiku about rain", images=["data:image/png;base64,AAAA"])
     store.add_message(c.id, "assistant", "Soft rain on the roof", status="stopped")
     data = json.loads(json.dumps(store.export_json()))
-    markdown = store.export_markdown(c.id)
+    markdown = markdown_of(store, c.id)
     assert "# Haiku" in markdown
     assert "## Assistant *(stopped)*" in markdown
     assert "Soft rain on the roof" in markdown

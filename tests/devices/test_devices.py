@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from app.catalog.fit import GIB, ModelShape, PairNeed
+from app.devices.child import run_probe_in_child
+from app.devices.found import Discovery
 from app.devices.placement import UserChoice, place
-from app.devices.probe import Discovery, run_probe_in_child
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[2]

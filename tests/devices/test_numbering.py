@@ -9,7 +9,8 @@ from pathlib import Path
 from app.catalog.fit import GIB, ModelShape, PairNeed
 from app.config import Settings
 from app.devices import placement
-from app.devices.probe import NOT_IN_BUILD, Device, Discovery, ProbeResult, build_label
+from app.devices.found import NOT_IN_BUILD, Device, Discovery, ProbeResult
+from app.devices.probe import build_label
 from app.devices.report import gpu_fixes
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -33,8 +34,11 @@ def test_gpus_take_llama_cpps_numbering() -> None:
     found = _fixture("rtx3090-rtx3060")
     # CUDA's default order is fastest-first; here llama.cpp lists the 3060 first
     found.probes.append(
-        _llama(_ggml("NVIDIA GeForce RTX 3060", 0, 12), _ggml("NVIDIA GeForce RTX 3090", 1, 24),
-               Device("AMD EPYC", "cpu", "cpu"))
+        _llama(
+            _ggml("NVIDIA GeForce RTX 3060", 0, 12),
+            _ggml("NVIDIA GeForce RTX 3090", 1, 24),
+            Device("AMD EPYC", "cpu", "cpu"),
+        )
     )
     gpus = {d.name: d.index for d in found.devices() if d.is_gpu}
     assert gpus == {"NVIDIA GeForce RTX 3090": 1, "NVIDIA GeForce RTX 3060": 0}

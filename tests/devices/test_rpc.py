@@ -15,24 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from app.addresses import Endpoint, parse_endpoint
 from app.catalog.fit import GIB, ModelShape, PairNeed
 from app.config import ConfigError, load_settings
 from app.devices import placement, rpc
+from app.devices.found import Device
 from app.devices.placement import UserChoice, place
-from app.devices.probe import Device
 from tests.support.rpc_workers import RpcWorker, rpc_workers
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_worker_addresses_are_host_port_in_order_each_once() -> None:
-    got = rpc.parse_endpoints(" 10.0.0.2:50052, [::1]:7000 ,10.0.0.2:50052,localhost:1")
-    assert [str(e) for e in got] == ["10.0.0.2:50052", "[::1]:7000", "localhost:1"]
-    assert [e.loopback for e in got] == [False, True, True]
-    assert rpc.parse_endpoints("") == []
-    for bad, said in (("nohost", "not host:port"), ("h:0", "not host:port"), ("::1:50052", "brackets")):
-        with pytest.raises(ValueError, match=said):
-            rpc.parse_endpoint(bad)
 
 
 def test_the_setting_is_checked_and_written_back_normalised(tmp_path: Path) -> None:
@@ -69,7 +60,7 @@ def test_the_protocol_version_is_the_installed_builds() -> None:
 
 def test_a_worker_answers_its_version_devices_and_round_trip() -> None:
     with rpc_workers(1) as (worker,):
-        answer = rpc.hello(rpc.parse_endpoint(worker.address))
+        answer = rpc.hello(parse_endpoint(worker.address))
     assert answer.state == "ready", answer.error
     assert answer.version == ".".join(map(str, rpc.RPC_PROTO))
     assert len(answer.devices) == 1  # --device cpu
@@ -81,7 +72,7 @@ def test_a_worker_answers_its_version_devices_and_round_trip() -> None:
 
 def test_a_worker_serving_another_client_reads_as_busy_and_frees_when_it_leaves() -> None:
     with rpc_workers(1) as (worker,):
-        endpoint = rpc.parse_endpoint(worker.address)
+        endpoint = parse_endpoint(worker.address)
         with socket.create_connection((endpoint.host, endpoint.port), timeout=10) as holder:
             holder.sendall(bytes([14]) + (24).to_bytes(8, "little") + bytes(24))  # HELLO: now it is ours
             assert len(holder.recv(64)) > 0
@@ -108,12 +99,12 @@ def test_down_and_foreign_servers_are_named_before_llama_cpp_meets_them() -> Non
 
         thread = threading.Thread(target=answer_wrongly, daemon=True)
         thread.start()
-        answers = rpc.check_all([rpc.parse_endpoint(down), rpc.parse_endpoint(f"127.0.0.1:{port}")], 5.0)
+        answers = rpc.check_all([parse_endpoint(down), parse_endpoint(f"127.0.0.1:{port}")], 5.0)
         thread.join(10)
     assert [a.state for a in answers] == ["unreachable", "error"]
     assert down in answers[0].error
     with pytest.raises(rpc.RemoteError, match="cannot connect"):
-        rpc.require_ready([rpc.parse_endpoint(down)])
+        rpc.require_ready([parse_endpoint(down)])
 
 
 def test_a_worker_of_another_protocol_version_is_named_with_both_versions() -> None:
@@ -131,7 +122,7 @@ def test_a_worker_of_another_protocol_version_is_named_with_both_versions() -> N
 
         thread = threading.Thread(target=answer_as_newer, daemon=True)
         thread.start()
-        answer = rpc.hello(rpc.Endpoint("127.0.0.1", other.getsockname()[1]), timeout=10)
+        answer = rpc.hello(Endpoint("127.0.0.1", other.getsockname()[1]), timeout=10)
         thread.join(10)
     assert answer.state == "version mismatch"
     assert answer.version == ".".join(map(str, newer))
@@ -163,7 +154,7 @@ def test_allow_network_serves_and_says_what_it_exposes() -> None:
     try:
         address = worker.wait_ready()
         port = int(address.rpartition(":")[2])
-        assert rpc.hello(rpc.Endpoint("127.0.0.1", port)).state == "ready"
+        assert rpc.hello(Endpoint("127.0.0.1", port)).state == "ready"
     finally:
         worker.stop()
     said = "\n".join(worker.output)
