@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.addresses import parse_endpoint
 from app.devices import rpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ def test_the_frozen_worker_serves_a_frozen_engine(gemma_path: Path, tmp_path: Pa
     engine = None
     try:
         address = _ready_line(worker_log, worker, "READY rpc=")
-        assert rpc.hello(rpc.parse_endpoint(address)).version == ".".join(map(str, rpc.RPC_PROTO))
+        assert rpc.hello(parse_endpoint(address)).version == ".".join(map(str, rpc.RPC_PROTO))
         with engine_log.open("w") as out:
             engine = subprocess.Popen(
                 [str(EXE), "--engine", "--target", str(gemma_path), "--no-draft", "--port", "0", "--n-ctx",

@@ -15,11 +15,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.addresses import is_loopback
 from app.config import ConfigError, Settings
 from app.engine.errors import EngineError
 from app.server.app import create_app
 from app.server.errors import APIError, error_event, from_engine_error, parse_body
-from app.server.hosts import is_loopback
 from app.server.jobs import event_stream, model_id, read_body
 from app.server.listeners import Listener, bind
 from app.server.runner.base import END, Busy, Events, Runner, ShuttingDown, Stage

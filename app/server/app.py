@@ -10,6 +10,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
+from app.addresses import is_loopback
 from app.config import Settings
 from app.engine.errors import EngineError
 from app.server import admission
@@ -17,7 +18,7 @@ from app.server.anthropic import routes as anthropic
 from app.server.errors import APIError, render_error
 from app.server.fields import accepted_ignored
 from app.server.guards import Guard
-from app.server.hosts import allowed_hosts, is_loopback, machine_names
+from app.server.hosts import allowed_hosts, machine_names
 from app.server.jobs import not_loaded
 from app.server.openai import routes as openai
 from app.server.runner.base import Runner

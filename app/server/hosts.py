@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import socket
 from collections.abc import Iterable
+
+from app.addresses import is_loopback
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
 # Documentation addresses (RFC 5737, RFC 3849): connecting a UDP socket sends nothing, but makes the
 # kernel pick the source address of the default route, i.e. the machine's LAN address.
 _ROUTE_PROBES = (("192.0.2.1", socket.AF_INET), ("2001:db8::1", socket.AF_INET6))
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def as_host(name: str) -> str:

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Callable
 
 from app import lockfile
+from app.addresses import is_loopback
 from app.config import ConfigError, Settings
 from app.logs import install_excepthooks
 from app.server import parent
 from app.server.admin import Admin, mount
 from app.server.app import create_app
-from app.server.hosts import is_loopback
 from app.server.listeners import Listener, bind
 from app.server.runner.base import Runner
 from app.server.runner.load import LoadRequest

@@ -31,6 +31,7 @@ from dataclasses import asdict, fields
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
+from app.addresses import parse_endpoints
 from app.devices import rpc
 from app.engine.errors import EngineError
 from app.server.metrics import Metrics
@@ -97,7 +98,7 @@ class ChildWorker:
     def props(self) -> dict[str, Any] | None:
         if self._child_props is None:
             return None
-        servers = [str(e) for e in rpc.parse_endpoints(self._rpc_servers)]
+        servers = [str(e) for e in parse_endpoints(self._rpc_servers)]
         state = {"servers": servers, "state": "lost" if self._lost else "joined", "reason": self._lost}
         return {**self._child_props, "rpc": {**state, "engine_restarts": self._restarts}}
 
@@ -284,7 +285,7 @@ class ChildWorker:
                 self._state = "stopped"
                 return
         why = _exit_words(code, list(self._stderr))
-        workers = rpc.parse_endpoints(self._rpc_servers)
+        workers = parse_endpoints(self._rpc_servers)
         down = [
             a.endpoint for a in rpc.check_all(workers, timeout=2.0) if a.state in ("unreachable", "error")
         ]
