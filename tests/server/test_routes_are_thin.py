@@ -21,7 +21,14 @@ ROUTES = [route for router in ROUTERS for route in router.routes if isinstance(r
 def test_every_dialect_has_its_routes() -> None:
     paths = {route.path for route in ROUTES}
     assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"} <= paths
-    assert {"/v1/messages/count_tokens", "/v1/models", "/health", "/props", "/metrics", "/admin/load"} <= paths
+    assert {
+        "/v1/messages/count_tokens",
+        "/v1/models",
+        "/health",
+        "/props",
+        "/metrics",
+        "/admin/load",
+    } <= paths
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{','.join(sorted(r.methods))} {r.path}")
