@@ -167,6 +167,7 @@ class MainWindow(QMainWindow):
         self.first_run.installed.connect(self._model_installed)
         self.devices_panel.deviceChosen.connect(self.use_device)
         self.devices_panel.visibilityChanged.connect(self._devices_shown)
+        self.library_panel.visibilityChanged.connect(self._library_shown)
         self.library_panel.loader.loadStarted.connect(self.status.watch_load)
         self.library_panel.loader.pairLoaded.connect(self._pair_loaded)
         self.library_panel.loader.loadFailed.connect(self._pair_failed)
@@ -260,6 +261,12 @@ class MainWindow(QMainWindow):
     def _devices_shown(self, visible: bool) -> None:
         if visible and not self.devices_panel.devices and not self.devices_panel.scan.running:
             self.devices_panel.start_scan(self.engine_control.launch.target)
+
+    def _library_shown(self, visible: bool) -> None:
+        panel = self.library_panel
+        if visible and not panel.catalog.fits and not panel.fit_scan.running:
+            panel.start_scan()
+            panel.refresh()
 
     # --- asking ------------------------------------------------------------------------------------
 

@@ -85,7 +85,6 @@ class LibraryPanel(QDockWidget):
         self.setWidget(scrolled(body))
 
     def _wire(self) -> None:
-        self.visibilityChanged.connect(self._shown)
         self.catalog_table.pairSelected.connect(self._pair_selected)
         self.catalog.downloaded.connect(self._downloaded)
         self.downloads.download_button.clicked.connect(lambda: self.message.setText(""))
@@ -130,11 +129,6 @@ class LibraryPanel(QDockWidget):
         self.local_files.wait(timeout)
         self.picker.wait(timeout)
         self.catalog.wait(timeout)
-
-    def _shown(self, visible: bool) -> None:
-        if visible and not self.catalog.fits and not self.fit_scan.running:
-            self.start_scan()  # the first showing sizes the catalog for this machine
-            self.refresh()
 
     # --- between the sections ---------------------------------------------------------------------
 
