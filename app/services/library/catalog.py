@@ -216,6 +216,11 @@ class CatalogModel(TableModel):
 
     def _stopped(self, pair_id: str, paused: bool) -> None:
         if paused:
+            # the job said so and returns: its thread ends at once, but until it has, the pair still
+            # counts as running and Resume would stay disabled (seen on a busy machine)
+            task = self.tasks.get(pair_id)
+            if task is not None:
+                task.wait(STOPPING_WAIT_S)
             self.states[pair_id] = "paused"
             last = self.progress.get(pair_id, download.Progress("paused"))
             self.progress[pair_id] = dataclasses.replace(last, state="paused", speed=0.0, eta=None)
