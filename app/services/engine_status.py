@@ -112,7 +112,7 @@ class EngineStatus(QObject):
     # --- what feeds it ----------------------------------------------------------------------------
 
     def watch_load(self, stream: Any) -> None:
-        """A pair loaded into the running engine (app.services.library.LoadStream): its stages."""
+        """A pair loaded into the running engine (app.services.library.loading.LoadStream): its stages."""
         self.state, self.stage, self.share = "loading", "", None
         stream.stage.connect(self._load_stage)
         stream.done.connect(lambda _ready: self._loaded())

@@ -14,6 +14,7 @@ from app.chats.store import ChatStore
 from app.config import SamplingSettings, load_settings
 from app.services.engine import EngineLaunch
 from app.ui import theme
+from app.ui.excepthooks import ExceptionHooks
 from app.ui.main_window import MainWindow
 from app.ui.session import WindowSession
 
@@ -24,6 +25,8 @@ SMOKE_TIMEOUT_MS = 300_000
 def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Foresight")
+    # installed for the life of the process: an exception leaving run() is logged too
+    hooks = ExceptionHooks().install()
     store_path = paths.data_dir() / ("smoke-chats.sqlite3" if smoke else "chats.sqlite3")
     store = ChatStore(store_path)
     if smoke:
@@ -43,6 +46,7 @@ def run(engine_args: list[str], n_ctx: int, sampling: dict, smoke: bool = False)
     # the installer check keeps its own window state, apart from the user's
     session = WindowSession(paths.data_dir() / "smoke-window.ini") if smoke else None
     window = MainWindow(store, launch, n_ctx=n_ctx, sampling=SamplingSettings(**sampling), session=session)
+    hooks.raised.connect(window.banner.say)
     window.show()
     if smoke:
         _smoke(app, window)

@@ -1,10 +1,9 @@
 """The main window: conversations on the left, the chat on the right, the panels beside it, the engine log.
 
-The window lays out the views and wires them to the services: the engine process it starts from an
-EngineLaunch (after ending a leftover engine of an earlier window: app.services.leftover), what the
-engine is doing (app.services.engine_status), the conversation shown and its answer in flight
-(app.services.conversation), the chat view (app.ui.chat_view), and the panels that talk to the engine
-over HTTP. It comes back as it was left (app.ui.session).
+The window lays out the views and wires them to the services: the engine it runs
+(app.services.engine_control), what the engine is doing (app.services.engine_status), the conversation
+shown and its answer in flight (app.services.conversation), the chat view (app.ui.chat_view), and the
+panels that talk to the engine over HTTP. It comes back as it was left (app.ui.session).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QSplitter, QStyle
 
 from app import keystore
@@ -21,9 +20,9 @@ from app.config import SamplingSettings, Settings, load_settings
 from app.services.api_server import ApiKeys
 from app.services.client import EngineClient
 from app.services.conversation import ActiveConversation
-from app.services.engine import READY, STARTING, EngineLaunch, EngineProcess, stop_reason
+from app.services.engine import READY, EngineLaunch, stop_reason
+from app.services.engine_control import EngineControl
 from app.services.engine_status import EngineStatus
-from app.services.leftover import LeftoverEngines
 from app.ui import theme
 from app.ui.api_panel import ApiServerPanel
 from app.ui.chat_view import STATS_TIP, ChatView
@@ -32,7 +31,9 @@ from app.ui.data_menu import DataActions
 from app.ui.devices_panel import DevicesPanel
 from app.ui.engine_log import EngineLog
 from app.ui.first_run import FirstRun
-from app.ui.library_panel import LibraryPanel
+from app.ui.library.panel import LibraryPanel
+from app.ui.menus import add_file_menu, add_view_menu
+from app.ui.panel import stack_side_panels
 from app.ui.session import WindowSession
 from app.ui.settings_dialog import ConversationSettingsDialog, SettingsDialog
 from app.ui.tray import ServingTray
@@ -65,12 +66,11 @@ class MainWindow(QMainWindow):
         runs_with = launch.settings(settings)
         n_ctx = n_ctx or runs_with.engine.n_ctx  # 0 (sized by the engine): unknown until /props says
         self.store = store
-        self.launch = launch
         self.session = session if session is not None else WindowSession()
-        self.engine = EngineProcess(self)
+        self.engine_control = EngineControl(launch, self)
+        self.engine = self.engine_control.process
         self.client = EngineClient(self)
         self.status = EngineStatus(self.engine, self.client, self)
-        self.leftovers = LeftoverEngines(self)
         sampling = sampling or settings.sampling
         self.conversation = ActiveConversation(store, self.client, self.engine, sampling, n_ctx, self)
         self._quitting = False
@@ -95,11 +95,6 @@ class MainWindow(QMainWindow):
                 "one was started."
             )
         self._update_buttons()
-
-    @property
-    def vision(self) -> bool:
-        """Whether the loaded model reads images (the engine's /props says)."""
-        return self.status.vision
 
     # --- layout ------------------------------------------------------------------------------------
 
@@ -129,39 +124,21 @@ class MainWindow(QMainWindow):
 
         self.log_panel = EngineLog(self.engine, self)
         self.panels: tuple[QDockWidget, ...] = (self.api_panel, self.devices_panel, self.library_panel)
-        for panel in self.panels:  # one side stack of tabs: a panel takes the chat's room, not more
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, panel)
-            panel.hide()
-        for panel in self.panels[1:]:
-            self.tabifyDockWidget(self.panels[0], panel)
+        stack_side_panels(self, self.panels)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_panel)
         self.log_panel.hide()
 
-        file_menu = self.menuBar().addMenu("&File")
         self.data_actions = DataActions(self.store, self, lambda: self.conversation.current)
-        self.data_actions.add_to_menu(file_menu)
-        file_menu.addSeparator()
-        file_menu.addAction("&Settings…", self.edit_settings)
-        file_menu.addAction(self.tray.action)
-        file_menu.addAction("&Quit", self.quit, QKeySequence.StandardKey.Quit)
-        view = self.menuBar().addMenu("&View")
-        view.setToolTipsVisible(True)
-        self.highlight_drafts = QAction("&Highlight accepted drafts", self, checkable=True)
-        self.highlight_drafts.setToolTip(
-            "Mark the text the target accepted from drafts (checked in one pass, not written one by one)"
+        add_file_menu(self, self.data_actions, self.tray.action, self.edit_settings, self.quit)
+        self.highlight_drafts = add_view_menu(
+            self,
+            (
+                (self.api_panel, "Local &API server"),
+                (self.devices_panel, "&Devices"),
+                (self.library_panel, "Model &library"),
+                (self.log_panel, "Engine &log"),
+            ),
         )
-        self.highlight_drafts.setStatusTip(self.highlight_drafts.toolTip())
-        view.addAction(self.highlight_drafts)
-        view.addSeparator()
-        for dock, text in (
-            (self.api_panel, "Local &API server"),
-            (self.devices_panel, "&Devices"),
-            (self.library_panel, "Model &library"),
-            (self.log_panel, "Engine &log"),
-        ):
-            action = dock.toggleViewAction()
-            action.setText(text)
-            view.addAction(action)
 
     def _wire(self) -> None:
         conversation = self.conversation
@@ -176,7 +153,7 @@ class MainWindow(QMainWindow):
         self.data_actions.deletedAll.connect(conversation.forget)
         self.chat.message.connect(lambda why: self.statusBar().showMessage(why, STATUS_MS))
         self.chat.stats.connect(self.stats_label.setText)
-        self.chat.libraryRequested.connect(self.open_library)
+        self.chat.libraryRequested.connect(self.library_panel.open_section)
         QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.send)
         QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_chat)
         QShortcut(QKeySequence("Esc"), self, activated=conversation.stop)
@@ -185,15 +162,15 @@ class MainWindow(QMainWindow):
         self.engine.stateChanged.connect(self._engine_state)
         self.engine.ready.connect(self._engine_ready)
         self.engine.crashed.connect(self._engine_crashed)
-        self.leftovers.finished.connect(self._leftovers_ended)
+        self.engine_control.leftoversEnded.connect(self._leftovers_ended)
         self.banner.restart_button.clicked.connect(self.restart_engine)
         self.first_run.installed.connect(self._model_installed)
         self.devices_panel.deviceChosen.connect(self.use_device)
         self.devices_panel.visibilityChanged.connect(self._devices_shown)
         self.library_panel.visibilityChanged.connect(self._library_shown)
-        self.library_panel.loadStarted.connect(self.status.watch_load)
-        self.library_panel.pairLoaded.connect(self._pair_loaded)
-        self.library_panel.loadFailed.connect(self._pair_failed)
+        self.library_panel.loader.loadStarted.connect(self.status.watch_load)
+        self.library_panel.loader.pairLoaded.connect(self._pair_loaded)
+        self.library_panel.loader.loadFailed.connect(self._pair_failed)
         self.tray.quitRequested.connect(self.quit)
         self.tray.refused.connect(lambda why: self.statusBar().showMessage(why, STATUS_MS))
 
@@ -218,29 +195,25 @@ class MainWindow(QMainWindow):
     def start_engine(self) -> None:
         """End a leftover engine of an earlier window, if there is one, then start this window's."""
         self.engine_label.setText("engine: looking for a leftover engine…")
-        self.leftovers.check()
+        self.engine_control.start()
 
     def _leftovers_ended(self, notes: list[str]) -> None:
         if notes:
             self.statusBar().showMessage(" ".join(notes), STATUS_MS)
-        if self.engine.state not in (STARTING, READY):
-            self.engine.start(self.launch.argv())
 
     def restart_engine(self) -> None:
         """Start the engine again on the current launch (a pair loaded from the library included)."""
         self.banner.dismiss()
-        self.engine.restart(self.launch.argv())
+        self.engine_control.restart()
 
     def use_device(self, device: str) -> None:
         """Restart the engine on `device` (auto, cpu, gpu, gpu:N); an answer in flight is stopped."""
         self.conversation.end_answer("stopped")
-        self.launch = self.launch.with_engine(device=device)
         self.devices_panel.set_current(device)
-        self.engine.stop()
-        self.engine.start(self.launch.argv())
+        self.engine_control.use_device(device)
 
     def _model_installed(self, path: str) -> None:
-        self.launch = self.launch.with_target(path)
+        self.engine_control.set_target(path)
         self.start_engine()
 
     def _engine_state(self, state: str) -> None:
@@ -270,9 +243,9 @@ class MainWindow(QMainWindow):
 
     def _pair_loaded(self, ready: dict) -> None:
         """A pair loaded through the library: a restart of the engine (after a crash) keeps it."""
-        if self.library_panel.loaded is None:
+        if self.library_panel.loader.loaded is None:
             return
-        self.launch = self.launch.with_pair(*self.library_panel.loaded)
+        self.engine_control.keep_pair(*self.library_panel.loader.loaded)
         self.conversation.set_context_length(int(ready.get("context_length") or self.conversation.n_ctx))
         self.engine_label.setText(f"engine: ready, {ready.get('model', '?')}")
         self.banner.dismiss()
@@ -287,7 +260,7 @@ class MainWindow(QMainWindow):
 
     def _devices_shown(self, visible: bool) -> None:
         if visible and not self.devices_panel.devices and not self.devices_panel.scan.running:
-            self.devices_panel.start_scan(self.launch.target)
+            self.devices_panel.start_scan(self.engine_control.launch.target)
 
     def _library_shown(self, visible: bool) -> None:
         panel = self.library_panel
@@ -295,21 +268,10 @@ class MainWindow(QMainWindow):
             panel.start_scan()
             panel.refresh()
 
-    def open_library(self, section: str = "") -> None:
-        """Show the model library (`section` "images": on its vision projector choice)."""
-        if section == "images":
-            self.library_panel.show_images_section()
-        else:
-            self.library_panel.show()
-            self.library_panel.raise_()
-
     # --- asking ------------------------------------------------------------------------------------
 
     def send(self, text: str | None = None) -> None:
         self.chat.send(text)
-
-    def edit_last(self) -> None:
-        self.chat.edit_last()
 
     def new_chat(self) -> None:
         self.conversation.new()
@@ -339,20 +301,10 @@ class MainWindow(QMainWindow):
         return dialog
 
     def _settings_saved(self, dialog: SettingsDialog) -> None:
-        saved = dialog.saved
-        # what applies at once: the sampling every question carries, and the theme
-        sent = {name for section, name in dialog.changed if section == "sampling"} - {"repeat_last_n"}
-        self.conversation.use_sampling(**{name: getattr(saved.sampling, name) for name in sent})
-        theme.apply(saved.appearance.theme)
-        later = []
-        if dialog.restart_needed:
-            later.append("restart the engine to use the engine settings")
-        if dialog.next_start_needed:
-            later.append("the models folder changes when Foresight starts again")
-        if later:
-            self.banner.say(
-                f"Settings saved; {' and '.join(later)}.", restart=dialog.restart_needed, kind="info"
-            )
+        self.conversation.use_sampling(**dialog.sampling_now())  # what applies at once, with the theme
+        theme.apply(dialog.saved.appearance.theme)
+        if (note := dialog.waiting_note()) is not None:
+            self.banner.say(note, restart=dialog.restart_needed, kind="info")
 
     def quit(self) -> None:
         self._quitting = True

@@ -293,6 +293,22 @@ class SettingsDialog(QDialog):
     def next_start_needed(self) -> bool:
         return any(self.rows[f].applies == NEXT_START for f in self.changed)
 
+    def sampling_now(self) -> dict[str, Any]:
+        """The sampling fields the save changed: every question carries them at once (repeat_last_n is the
+        engine's own)."""
+        sent = {name for section, name in self.changed if section == "sampling"} - {"repeat_last_n"}
+        return {name: getattr(self.saved.sampling, name) for name in sent}
+
+    def waiting_note(self) -> str | None:
+        """What the saved settings wait for (an engine restart, the next start), in words; None when
+        everything applied."""
+        later = []
+        if self.restart_needed:
+            later.append("restart the engine to use the engine settings")
+        if self.next_start_needed:
+            later.append("the models folder changes when Foresight starts again")
+        return f"Settings saved; {' and '.join(later)}." if later else None
+
     def accept(self) -> None:
         try:
             new = self.settings()

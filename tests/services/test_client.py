@@ -12,7 +12,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.services.client import EngineClient, EventStream
-from app.services.library import load_pair
+from app.services.library.loading import load_pair
 
 WAIT_MS = 10_000
 CHUNKS = [

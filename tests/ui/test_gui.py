@@ -234,8 +234,8 @@ def test_first_start_without_a_model_downloads_it_and_starts_the_engine(
             window.first_run.task.progress.connect(lambda p: progress.append(window.banner.text()))
         assert any("Downloading model.gguf" in text for text in progress)
         installed = tmp_path / "models" / "test-org" / "default-GGUF" / "model.gguf"
-        assert window.launch.target == str(installed)
-        assert window.launch.argv()[:3] == ["--target", str(installed), "--ngram"]
+        assert window.engine_control.launch.target == str(installed)
+        assert window.engine_control.launch.argv()[:3] == ["--target", str(installed), "--ngram"]
         assert not window.banner.isVisible()
         assert not window.banner.download_button.isVisible()
         assert _ask(qtbot, window, "Hello") == "complete"
@@ -330,8 +330,8 @@ def test_the_devices_panel_lists_what_was_found_and_restarts_the_engine_on_a_cho
     panel.choice.setCurrentIndex(panel.choice.findData("cpu"))
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
         panel.apply.click()
-    assert window.launch.engine["device"] == "cpu"
-    argv = window.launch.argv()
+    assert window.engine_control.launch.engine["device"] == "cpu"
+    argv = window.engine_control.launch.argv()
     assert argv[argv.index("--device") + 1] == "cpu"
     assert argv.count("--device") == 1
     qtbot.waitUntil(lambda: panel.props.get("target", {}).get("device") == "cpu", timeout=10_000)
@@ -397,32 +397,37 @@ def test_drafts_highlighted_images_refused_without_vision_the_context_count_and_
     # a pair loaded from the model library (no restart) is what a later restart starts
     panel = window.library_panel
     panel.show()
-    panel.import_file(gemma_path)  # registered where it is (the models folder may not list it)
+    panel.local_files.import_file(gemma_path)  # registered where it is (the models folder may not list it)
     projector = str(write_tiny_mmproj(tmp_path / "tiny-mmproj.gguf", n_embd=640).resolve())
-    panel.import_file(Path(projector))
+    panel.local_files.import_file(Path(projector))
     wanted = str(gemma_path.resolve())
     # the library lists its files in a thread: a minute was seen not to be enough on a busy 2-core machine
-    qtbot.waitUntil(lambda: panel.target_choice.findData(wanted) >= 0, timeout=START_MS)
-    qtbot.waitUntil(lambda: panel.projector_choice.findData(projector) >= 0, timeout=START_MS)
-    assert panel.target_choice.findData(projector) < 0  # a projector is no target
-    panel.choose(wanted, "ngram", projector)
-    qtbot.waitUntil(lambda: panel.target_choice.currentData() == wanted, timeout=START_MS)
-    assert panel.projector_choice.currentData() == projector
-    assert panel.use_button.isEnabled()
-    with qtbot.waitSignal(panel.pairLoaded, timeout=START_MS):
-        panel.use_pair()
-    assert (window.launch.target, window.launch.draft["mode"]) == (str(gemma_path.resolve()), "ngram")
-    assert window.launch.engine["mmproj"] == projector
-    argv = window.launch.argv()
+    qtbot.waitUntil(lambda: panel.picker.target_choice.findData(wanted) >= 0, timeout=START_MS)
+    qtbot.waitUntil(lambda: panel.picker.projector_choice.findData(projector) >= 0, timeout=START_MS)
+    assert panel.picker.target_choice.findData(projector) < 0  # a projector is no target
+    panel.picker.choose(wanted, "ngram", projector)
+    qtbot.waitUntil(lambda: panel.picker.target_choice.currentData() == wanted, timeout=START_MS)
+    assert panel.picker.projector_choice.currentData() == projector
+    assert panel.loader.use_button.isEnabled()
+    with qtbot.waitSignal(panel.loader.pairLoaded, timeout=START_MS):
+        panel.loader.use_pair()
+    assert (window.engine_control.launch.target, window.engine_control.launch.draft["mode"]) == (
+        str(gemma_path.resolve()),
+        "ngram",
+    )
+    assert window.engine_control.launch.engine["mmproj"] == projector
+    argv = window.engine_control.launch.argv()
     assert argv[:2] == ["--target", str(gemma_path.resolve())]
     assert "--ngram" in argv
     assert argv[argv.index("--mmproj") + 1] == projector
-    qtbot.waitUntil(lambda: window.vision, timeout=10_000)  # loaded with its projector: it reads images
+    qtbot.waitUntil(
+        lambda: window.status.vision, timeout=10_000
+    )  # loaded with its projector: it reads images
     # ...and a restart (as after a crash) starts the engine on that pair
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
         window.restart_engine()
-        assert not window.vision  # a new engine process: nothing known until its /props answers
-    qtbot.waitUntil(lambda: window.vision, timeout=10_000)
+        assert not window.status.vision  # a new engine process: nothing known until its /props answers
+    qtbot.waitUntil(lambda: window.status.vision, timeout=10_000)
     window.tray.action.setChecked(False)
     window.close()
 
@@ -446,7 +451,7 @@ def test_an_image_dropped_in_the_question_is_sent_and_answered(
     window.show()
     with qtbot.waitSignal(window.engine.ready, timeout=START_MS):
         window.start_engine()
-    qtbot.waitUntil(lambda: window.vision, timeout=10_000)  # /props says the engine reads images
+    qtbot.waitUntil(lambda: window.status.vision, timeout=10_000)  # /props says the engine reads images
 
     picture = tmp_path / "blue.png"
     picture.write_bytes(png(32, 32, (0, 0, 255)))

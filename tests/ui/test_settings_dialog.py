@@ -153,6 +153,12 @@ def test_settings_dialog_saves_the_file_and_loads_it_back(qtbot: QtBot, tmp_path
     assert loaded.models.dir == "/data/models"
     assert dialog.changed_sections == {"engine", "draft", "sampling", "models"}
     assert dialog.restart_needed
+    # what the window applies at once, and what it says waits
+    assert dialog.sampling_now() == {"top_p": 0.5, "seed": 12345678901234}
+    assert dialog.waiting_note() == (
+        "Settings saved; restart the engine to use the engine settings and the models folder changes when "
+        "Foresight starts again."
+    )
 
     again = SettingsDialog(file)  # opens on what was saved
     qtbot.addWidget(again)
@@ -168,6 +174,8 @@ def test_settings_dialog_models_only_needs_no_engine_restart(qtbot: QtBot, tmp_p
     assert dialog.changed_sections == {"models"}
     assert not dialog.restart_needed
     assert dialog.next_start_needed  # the library reads its folders when the window starts
+    assert dialog.sampling_now() == {}
+    assert dialog.waiting_note() == "Settings saved; the models folder changes when Foresight starts again."
 
 
 def test_settings_are_grouped_for_people_and_say_when_they_apply(qtbot: QtBot, tmp_path: Path) -> None:
@@ -202,6 +210,8 @@ def test_settings_are_grouped_for_people_and_say_when_they_apply(qtbot: QtBot, t
     dialog.editors["sampling"]["temperature"].widget.setValue(0.2)
     dialog.save_button.click()
     assert not dialog.restart_needed  # it applies at once, so nothing asks for a restart
+    assert dialog.sampling_now() == {"temperature": 0.2}
+    assert dialog.waiting_note() is None
 
 
 def test_settings_dialog_restore_defaults(qtbot: QtBot, tmp_path: Path) -> None:

@@ -163,15 +163,15 @@ def test_a_pair_loaded_from_the_library_shows_its_stages_in_the_header(
     qtbot.waitUntil(lambda: bool(window.status.props), timeout=30_000)
     assert "no drafting" in window.chat.header.details.text()
     panel = window.library_panel
-    panel.import_file(gemma_path)
+    panel.local_files.import_file(gemma_path)
     wanted = str(gemma_path.resolve())
-    qtbot.waitUntil(lambda: panel.target_choice.findData(wanted) >= 0, timeout=60_000)
-    panel.choose(wanted, "ngram")
-    qtbot.waitUntil(lambda: panel.target_choice.currentData() == wanted, timeout=60_000)
+    qtbot.waitUntil(lambda: panel.picker.target_choice.findData(wanted) >= 0, timeout=60_000)
+    panel.picker.choose(wanted, "ngram")
+    qtbot.waitUntil(lambda: panel.picker.target_choice.currentData() == wanted, timeout=60_000)
     states: list[str] = []
     window.status.changed.connect(lambda: states.append(window.chat.header.state.text()))
-    with qtbot.waitSignal(panel.pairLoaded, timeout=START_MS):
-        panel.use_pair()
+    with qtbot.waitSignal(panel.loader.pairLoaded, timeout=START_MS):
+        panel.loader.use_pair()
     qtbot.waitUntil(lambda: "drafts by n-gram lookup" in window.chat.header.details.text(), timeout=30_000)
     assert any(s.startswith("Loading: loading the model") for s in states)
     assert window.chat.header.state.text() == "Ready"

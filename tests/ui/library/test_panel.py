@@ -20,7 +20,8 @@ from app.catalog.packaged import GEMMA_270M
 from app.cli.models import _fit_for_machine
 from app.services.client import EngineClient
 from app.services.engine import EngineProcess
-from app.ui.library_panel import NGRAM, LibraryPanel
+from app.ui.library.pair_picker import NGRAM
+from app.ui.library.panel import LibraryPanel
 from tests.support.fake_hub import FakeHub
 
 SCAN_MS = 120_000
@@ -91,7 +92,7 @@ def _scan(qtbot: QtBot, panel: LibraryPanel) -> None:
 
 def _import(qtbot: QtBot, panel: LibraryPanel, path: Path) -> None:
     with qtbot.waitSignal(panel.local.scanned, timeout=SCAN_MS):
-        panel.import_file(path)
+        panel.local_files.import_file(path)
 
 
 def _column(panel: LibraryPanel, column: int) -> dict[str, str]:
@@ -119,15 +120,17 @@ def test_the_catalog_has_fit_badges_and_the_library_lists_and_pairs_local_files(
             assert badges[p.id].split(" @ ")[0] == expected[p.id]["badge"].split(" @ ")[0]
     assert _column(panel, 3) == {p.id: "not downloaded" for p in pairs}
     assert _column(panel, 1)[pairs[0].id].endswith("GiB")
-    panel.select_pair(pairs[0].id)
-    assert panel.machine.text().startswith(expected[pairs[0].id]["placement"]["reason"].split(":")[0])
+    panel.catalog_table.select_pair(pairs[0].id)
+    assert panel.catalog_table.machine.text().startswith(
+        expected[pairs[0].id]["placement"]["reason"].split(":")[0]
+    )
 
     # a file that is not a GGUF is refused with a message, and nothing is registered
     bad = tmp_path / "notes.gguf"
     bad.write_text("these are notes, not a model")
     with qtbot.waitSignal(panel.local.scanned, timeout=SCAN_MS):
         panel.refresh()
-    job = panel.import_file(bad)
+    job = panel.local_files.import_file(bad)
     qtbot.waitUntil(lambda: "Could not import notes.gguf" in panel.message.text(), timeout=SCAN_MS)
     job.wait()
     assert manifest.read(tmp_path / "models") == {}
@@ -137,19 +140,19 @@ def test_the_catalog_has_fit_badges_and_the_library_lists_and_pairs_local_files(
     assert rows[gemma_path.resolve()].architecture == "gemma3"
     assert rows[gemma_path.resolve()].source == "import"
     assert panel.local.rowCount() == len(panel.local.models)
-    assert panel.target_choice.currentData() == str(gemma_path.resolve())
-    assert panel.drafter_choice.currentData() == NGRAM
+    assert panel.picker.target_choice.currentData() == str(gemma_path.resolve())
+    assert panel.picker.drafter_choice.currentData() == NGRAM
     assert "Imported" in panel.message.text()
 
     # a drafter from another family: the verdict comes from both headers, rule by rule
     _import(qtbot, panel, qwen_path)
-    panel.choose(qwen_path.resolve(), gemma_path.resolve())
-    qtbot.waitUntil(lambda: panel.verdict is not None, timeout=SCAN_MS)
-    assert panel.verdict.mode == "cross-vocab"
-    assert panel.verdict_label.text().startswith("incompatible for token-level drafting")
-    failed = {r.name for r in panel.verdict.rules if not r.passed}
+    panel.picker.choose(qwen_path.resolve(), gemma_path.resolve())
+    qtbot.waitUntil(lambda: panel.picker.verdict is not None, timeout=SCAN_MS)
+    assert panel.picker.verdict.mode == "cross-vocab"
+    assert panel.picker.verdict_label.text().startswith("incompatible for token-level drafting")
+    failed = {r.name for r in panel.picker.verdict.rules if not r.passed}
     assert "vocab size" in failed
-    assert not panel.use_button.isEnabled()  # no engine yet
+    assert not panel.loader.use_button.isEnabled()  # no engine yet
     panel.wait()
 
 
@@ -163,24 +166,24 @@ def test_a_pair_downloads_pauses_resumes_and_a_cancel_leaves_nothing(
     seen: list[str] = []
     panel.catalog.progressChanged.connect(lambda pair_id: seen.append(panel.catalog.state_text(pair_id)))
 
-    panel.select_pair("gemma-test")
+    panel.catalog_table.select_pair("gemma-test")
     release = fake_hub.stall_after(target_repo, GEMMA_FILE, 64 << 20)
-    panel.download_button.click()
+    panel.downloads.download_button.click()
     assert fake_hub.stalled.wait(60), "the download never reached the stall point"
-    assert panel.pause_button.isEnabled()
+    assert panel.downloads.pause_button.isEnabled()
     with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=DOWNLOAD_MS) as stopped:
-        panel.pause_button.click()
+        panel.downloads.pause_button.click()
         release.set()
     assert stopped.args == ["gemma-test", True]
     part = download.library_path(models / download.PARTIAL_DIR, target_repo, GEMMA_FILE + ".part")
     kept = part.stat().st_size
     assert kept >= 32 << 20  # all but the chunk in hand when the pause landed
-    assert re.fullmatch(r"paused at \d+%", panel.download_state.text())
-    assert panel.download_button.text() == "Resume"
-    assert 0 < panel.download_bar.value() < 1000
+    assert re.fullmatch(r"paused at \d+%", panel.downloads.download_state.text())
+    assert panel.downloads.download_button.text() == "Resume"
+    assert 0 < panel.downloads.download_bar.value() < 1000
 
     with qtbot.waitSignal(panel.catalog.downloaded, timeout=DOWNLOAD_MS) as done:
-        panel.download_button.click()
+        panel.downloads.download_button.click()
     target = download.library_path(models, target_repo, GEMMA_FILE)
     drafter = download.library_path(models, drafter_repo, GEMMA_FILE)
     assert done.args == ["gemma-test", [str(target), str(drafter)]]
@@ -190,42 +193,42 @@ def test_a_pair_downloads_pauses_resumes_and_a_cancel_leaves_nothing(
     assert fake_hub.bytes_sent(target_repo, GEMMA_FILE) < GEMMA_270M.size + kept
     assert any(re.match(r"downloading \d+% of 483 MiB at [\d.]+ MiB/s", s) for s in seen)
     assert any(s.startswith("verifying") for s in seen)
-    assert panel.download_bar.value() == 1000
+    assert panel.downloads.download_bar.value() == 1000
     assert _column(panel, 3)["gemma-test"] == "installed"
-    assert not panel.download_button.isEnabled()
+    assert not panel.downloads.download_button.isEnabled()
     # the library shows the new files and the pair is chosen for loading; same file: same vocabulary
-    qtbot.waitUntil(lambda: panel.target_choice.currentData() == str(target), timeout=SCAN_MS)
-    assert panel.drafter_choice.currentData() == str(drafter)
-    qtbot.waitUntil(lambda: panel.verdict is not None, timeout=SCAN_MS)
-    assert panel.verdict.compatible
+    qtbot.waitUntil(lambda: panel.picker.target_choice.currentData() == str(target), timeout=SCAN_MS)
+    assert panel.picker.drafter_choice.currentData() == str(drafter)
+    qtbot.waitUntil(lambda: panel.picker.verdict is not None, timeout=SCAN_MS)
+    assert panel.picker.verdict.compatible
 
     other_repo = PAIR_REPOS["gemma-other"][0]
-    panel.select_pair("gemma-other")
-    assert panel.download_button.isEnabled()
+    panel.catalog_table.select_pair("gemma-other")
+    assert panel.downloads.download_button.isEnabled()
     release = fake_hub.stall_after(other_repo, GEMMA_FILE, 32 << 20)
-    panel.download_button.click()
+    panel.downloads.download_button.click()
     assert fake_hub.stalled.wait(60)
     with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=DOWNLOAD_MS) as stopped:
-        panel.cancel_button.click()
+        panel.downloads.cancel_button.click()
         release.set()
     assert stopped.args == ["gemma-other", False]
     other_part = download.library_path(models / download.PARTIAL_DIR, other_repo, GEMMA_FILE + ".part")
     assert not other_part.exists()
     assert not download.library_path(models, other_repo, GEMMA_FILE).exists()
     assert _column(panel, 3)["gemma-other"] == "cancelled"
-    assert panel.download_button.text() == "Download"
+    assert panel.downloads.download_button.text() == "Download"
 
     # cancelling a paused download (no job runs) deletes its partial file too
     release = fake_hub.stall_after(other_repo, GEMMA_FILE, 32 << 20)
-    panel.download_button.click()
+    panel.downloads.download_button.click()
     assert fake_hub.stalled.wait(60)
     with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=DOWNLOAD_MS):
-        panel.pause_button.click()
+        panel.downloads.pause_button.click()
         release.set()
     assert other_part.stat().st_size > 0
-    assert panel.cancel_button.isEnabled()
+    assert panel.downloads.cancel_button.isEnabled()
     with qtbot.waitSignal(panel.catalog.downloadStopped, timeout=DOWNLOAD_MS) as stopped:
-        panel.cancel_button.click()
+        panel.downloads.cancel_button.click()
     assert stopped.args == ["gemma-other", False]
     assert not other_part.exists()
     assert not other_part.with_name(other_part.name + ".json").exists()
@@ -240,22 +243,22 @@ def test_a_download_that_fails_says_why(
     target_repo = PAIR_REPOS["gemma-other"][0]
     fake_hub.repo_status[target_repo] = 403
     try:
-        panel.select_pair("gemma-other")
+        panel.catalog_table.select_pair("gemma-other")
         with qtbot.waitSignal(panel.catalog.downloadFailed, timeout=DOWNLOAD_MS):
-            panel.download_button.click()
+            panel.downloads.download_button.click()
     finally:
         fake_hub.repo_status.clear()
     # the reason is said once, under the table; the table's row says only that it failed
-    assert panel.download_state.text().startswith("Download failed:")
-    assert "403" in panel.download_state.text()
+    assert panel.downloads.download_state.text().startswith("Download failed:")
+    assert "403" in panel.downloads.download_state.text()
     assert panel.message.text() == ""
     assert _column(panel, 3)["gemma-other"] == "download failed"
     row = panel.catalog.row_of("gemma-other")
     assert "403" in panel.catalog.data(panel.catalog.index(row, 3), Qt.ItemDataRole.ToolTipRole)
-    assert panel.download_bar.isHidden()  # no empty bar that looks like an input field
-    assert panel.download_button.isEnabled()  # it can be tried again
+    assert panel.downloads.download_bar.isHidden()  # no empty bar that looks like an input field
+    assert panel.downloads.download_button.isEnabled()  # it can be tried again
     # squeezed, the table still shows rows, and long text is shortened with "…" in columns one can widen
-    view = panel.catalog_view
+    view = panel.catalog_table.view
     assert view.minimumHeight() >= 4 * view.verticalHeader().defaultSectionSize()
     assert view.textElideMode() == Qt.TextElideMode.ElideRight
     assert view.horizontalHeader().sectionResizeMode(1) == QHeaderView.ResizeMode.Interactive
@@ -276,8 +279,8 @@ def test_use_this_pair_loads_it_into_the_running_engine(
     qtbot: QtBot, tmp_path: Path, gemma_path: Path, engine: EngineProcess
 ) -> None:
     panel = _panel(qtbot, tmp_path / "models")
-    panel.client.configure(engine.url, engine.token)
-    assert not panel.use_button.isEnabled()
+    panel.loader.client.configure(engine.url, engine.token)
+    assert not panel.loader.use_button.isEnabled()
     panel.engine_ready()
     headers = {"Authorization": f"Bearer {engine.token}"}
     before = httpx.get(f"{engine.url}/props", headers=headers).json()
@@ -289,32 +292,32 @@ def test_use_this_pair_loads_it_into_the_running_engine(
     shutil.copyfile(gemma_path, gone)
     _import(qtbot, panel, gone)
     gone.unlink()
-    panel.choose(gone, NGRAM)
-    with qtbot.waitSignal(panel.loadFailed, timeout=ENGINE_MS) as failed:
-        panel.use_button.click()
+    panel.picker.choose(gone, NGRAM)
+    with qtbot.waitSignal(panel.loader.loadFailed, timeout=ENGINE_MS) as failed:
+        panel.loader.use_button.click()
     assert "no such model file" in failed.args[0]
     assert "HTTP 400" in failed.args[0]
     assert panel.message.text().startswith("The engine could not load the pair:")
-    assert panel.use_button.isEnabled()
+    assert panel.loader.use_button.isEnabled()
 
     _import(qtbot, panel, gemma_path)
-    panel.choose(gemma_path.resolve(), NGRAM)
+    panel.picker.choose(gemma_path.resolve(), NGRAM)
     stages: list[str] = []
-    with qtbot.waitSignal(panel.pairLoaded, timeout=ENGINE_MS) as loaded:
-        panel.use_button.click()
-        assert panel.load_bar.isVisible()
-        assert panel.load_bar.maximum() == 0  # busy: the engine reports stages, not shares
-        assert not panel.use_button.isEnabled()
-        panel.load_stream.stage.connect(stages.append)
+    with qtbot.waitSignal(panel.loader.pairLoaded, timeout=ENGINE_MS) as loaded:
+        panel.loader.use_button.click()
+        assert panel.loader.load_bar.isVisible()
+        assert panel.loader.load_bar.maximum() == 0  # busy: the engine reports stages, not shares
+        assert not panel.loader.use_button.isEnabled()
+        panel.loader.load_stream.stage.connect(stages.append)
     ready = loaded.args[0]
     assert ready["stage"] == "ready"
     assert ready["model"] == gemma_path.stem
     assert ready["draft"] == "ngram"
     assert ready["context_length"] > 0
     assert stages[-1] == "ready"
-    assert not panel.load_bar.isVisible()
-    assert panel.use_button.isEnabled()
-    assert panel.load_state.text().startswith(f"Loaded {gemma_path.stem}")
+    assert not panel.loader.load_bar.isVisible()
+    assert panel.loader.use_button.isEnabled()
+    assert panel.loader.load_state.text().startswith(f"Loaded {gemma_path.stem}")
     # the engine serves the new pair: n-gram drafting now, without a restart
     after = httpx.get(f"{engine.url}/props", headers=headers).json()
     assert after["draft"]["source"] == "ngram"

@@ -1,4 +1,4 @@
-"""The local models' list (app.services.library.LocalModels) never misses a file imported while it scans."""
+"""The local models' list (app.services.library.local_models) never misses a file imported while it scans."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from pytestqt.qtbot import QtBot
 
 from app.catalog.library import Library, LocalModel
-from app.services.library import LocalModels
+from app.services.library.local_models import LocalModels
 
 
 class _HeldLibrary(Library):
