@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.config import EngineSettings
 from app.engine.backends.llama import LlamaBackend
 
 
 @pytest.fixture(scope="module")
 def gemma(gemma_path: Path) -> Iterator[LlamaBackend]:
-    with LlamaBackend(gemma_path, n_ctx=512, n_batch=64, n_threads=2) as backend:
+    with LlamaBackend(gemma_path, EngineSettings(n_ctx=512, n_batch=64, n_threads=2)) as backend:
         yield backend
 
 

@@ -148,13 +148,12 @@ def cost_key(target: Backend, flash_attn: str) -> str:
     argmax = "dev" if target.supports_device_argmax else "host"
     # where the layers sit changes the verify costs: partial offload, a pinned GPU, a split
     place = f"{target.facts.device}{target.main_gpu}:{target.facts.gpu_layers}l:{target.tensor_split or ''}"
-    if getattr(target, "devices_key", ""):  # layers on RPC workers: which ones, the network is in the cost
+    if target.devices_key:  # layers on RPC workers: which ones, the network is in the cost
         place += f":{target.devices_key}"
     if target.backend_name != "llama":
         place = f"{target.backend_name}:{place}"
-    return (
-        f"{target.path.name}:{st.st_size}:{place}:{target.n_threads}t:{target.n_batch}b:{argmax}:fa-{flash_attn}"
-    )
+    passes = f"{target.n_threads}t:{target.n_batch}b:{argmax}:fa-{flash_attn}"
+    return f"{target.path.name}:{st.st_size}:{place}:{passes}"
 
 
 def measure_token_cost(model: Backend, repeats: int = 7) -> tuple[float, float]:
