@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.backends.base import Backend
+from app.engine.backends.choice import FILLER
 
 log = logging.getLogger("foresight.calibration")
 
@@ -88,9 +89,7 @@ def measure_verify_costs(
         except (ValueError, OSError, KeyError, TypeError, AttributeError):
             log.warning("ignoring unreadable verify-cost cache %s", cache_file)
     target.rollback(0)
-    filler = target.tokenize(
-        b"def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n", True, False
-    )
+    filler = target.tokenize(FILLER, True, False)
     prefix = (filler * (64 // max(len(filler), 1) + 1))[:64]
     target.decode_argmax(prefix, len(prefix) - 1)
 
