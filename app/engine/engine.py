@@ -43,12 +43,8 @@ class Engine:
         # what generations run with (a test may put a wrapped target or another policy in their place)
         self.target, self.chat, self.vision = loaded.target, loaded.chat, loaded.vision
         self.draft_model, self.vocab_verdict = loaded.draft_model, loaded.vocab_verdict
-        self.drafter, self.policy, self.costs, self.choice = (
-            loaded.drafter,
-            loaded.policy,
-            loaded.costs,
-            loaded.choice,
-        )
+        self.drafter, self.policy = loaded.drafter, loaded.policy
+        self.costs, self.choice = loaded.costs, loaded.choice
         self.prompts = Prompts(self.target, self.chat, self.settings.engine, loaded.draft_chat, self.vision)
         self.slots = Slots(self.target)
         self.scheduler = Scheduler(self.target, self.slots)
