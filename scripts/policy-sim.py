@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.backends.base import Backend
-from app.engine.calibration import VerifyCosts
-from app.engine.drafters import NgramDrafter
-from app.engine.drafting import Speculation
+from app.engine.drafting.calibration import VerifyCosts
+from app.engine.drafting.drafters import NgramDrafter
+from app.engine.drafting.policy import DraftPolicy
+from app.engine.drafting.step import Speculation
 from app.engine.generation import GenerationRequest, generate
-from app.engine.policy import DraftPolicy
 
 # H200, Qwen2.5-Coder-1.5B Q4_K_M, llama.cpp CUDA, argmax on the device (ms), from bench --shapes:
 # steady (replayed graph), first pass after a change (uncaptured), second pass (capture).
@@ -95,6 +95,10 @@ class ReplayBackend:
                 rows.append(self.full[nxt] if on_answer and nxt < len(self.full) else -1)
         self.kv_tokens += tokens
         return rows
+
+    def feed(self, tokens: list[int]) -> None:
+        """A prompt before its last token: a pass of its own, its rows unread."""
+        self.decode_argmax(tokens, len(tokens) - 1)
 
     def rollback(self, n_keep: int) -> None:
         del self.kv_tokens[n_keep:]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from app.config import EngineSettings
 from app.devices.bandwidth import Bandwidth, device_bandwidth
 from app.engine.backends.native import read_model_header
 
@@ -59,7 +60,7 @@ def _load(backend: str, path: Path, n_ctx: int) -> Any:
         return NativeBackend(path, n_ctx=n_ctx, gemv=native_gemv(backend))
     from app.engine.backends.llama import LlamaBackend
 
-    return LlamaBackend(path, n_ctx=n_ctx, device="auto")
+    return LlamaBackend(path, EngineSettings(n_ctx=n_ctx))
 
 
 def _timed(fn: Any) -> float:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.bench import prompt_tokens, run_once
-from app.engine.drafters import Drafter, common_prefix
-from app.engine.drafting import Speculation
+from app.engine.drafting.drafters import Drafter, common_prefix
+from app.engine.drafting.step import Speculation
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest, generate
 from app.engine.stats import SpecStats

@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from app.engine.backends.llama import LlamaBackend
+from app.engine.backends.base import Backend, BatchingBackend
 from app.engine.generation import Chunk, Stream
 from app.engine.slots import Slot, Slots
 
@@ -51,10 +51,12 @@ class _Part:
 class Scheduler:
     """The streams that decode together in the target's context, one step at a time."""
 
-    def __init__(self, target: Any, slots: Slots, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, target: Backend, slots: Slots, clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
         self.slots = slots
-        self.batched = isinstance(target, LlamaBackend) and len(slots.slots) > 1
+        # several slots: the target holds a sequence for each and decodes rows of them in one pass
+        self._batching = cast(BatchingBackend, target) if target.n_seq > 1 and len(slots.slots) > 1 else None
+        self.batched = self._batching is not None
         self.entries: list[Entry] = []
         self.clock = clock
         self.batch_steps = 0  # steps that ran more than one stream in one pass
@@ -69,11 +71,11 @@ class Scheduler:
         if not self.entries:
             return []
         first = self.entries[0]
-        if not self.batched or (len(self.entries) == 1 and (first.stream.started or first.fed < 0)):
+        if self._batching is None or (len(self.entries) == 1 and (first.stream.started or first.fed < 0)):
             outcome = self._alone(first)
             outcomes = [outcome] if outcome is not None else []
         else:
-            outcomes = self._batch()
+            outcomes = self._batch(self._batching)
         for entry, outcome in outcomes:
             if isinstance(outcome, Exception) or outcome.finish_reason is not None:
                 self._leave(entry)
@@ -105,7 +107,7 @@ class Scheduler:
         except Exception as exc:
             return entry, exc
 
-    def _batch(self) -> list[Outcome]:
+    def _batch(self, target: BatchingBackend) -> list[Outcome]:
         outcomes: list[Outcome] = []
         for entry in [e for e in self.entries if not e.stream.started and e.stream.request.media is not None]:
             outcome = self._alone(entry)  # an image is decoded into its sequence by libmtmd
@@ -116,7 +118,7 @@ class Scheduler:
             return outcomes
         t0 = self.clock()
         try:
-            logits = self.target.decode_batch([(p.entry.slot.seq, p.tokens, p.logits_from) for p in parts])
+            logits = target.decode_batch([(p.entry.slot.seq, p.tokens, p.logits_from) for p in parts])
         except Exception as exc:
             return outcomes + [(p.entry, exc) for p in parts]
         verify_s = self.clock() - t0

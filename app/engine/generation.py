@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.engine.backends.base import Backend
-from app.engine.drafters import common_prefix
-from app.engine.drafting import PLAIN, Drafting, Speculation
+from app.engine.drafting.drafters import common_prefix
+from app.engine.drafting.step import PLAIN, Drafting, Speculation
 from app.engine.errors import ContextLengthExceeded, InvalidRequest
 from app.engine.sampling import Sampler, SamplingParams
 from app.engine.speculative import StepResult, accept_best, accept_rows, sampled_rows, verify
@@ -178,16 +178,6 @@ def _drafting(
     return Drafting(speculation, clock, images=request.media is not None)
 
 
-def _feed(target: Backend, tokens: list[int]) -> None:
-    """Tokens into the target's KV with no logits wanted: llama.cpp takes them without an output row; a
-    backend without `feed` (our kernels) decodes them and drops the last row."""
-    feed = getattr(target, "feed", None)
-    if feed is not None:
-        feed(tokens)
-    else:
-        target.decode(tokens, len(tokens) - 1)
-
-
 def reusable(target: Backend, prompt: list[int], request: GenerationRequest) -> int:
     """How much of the prompt the target's KV may keep: the prefix they share, short of the last token;
     for a reproducible request only what was fed as a cold prefill of this prompt would feed it."""
@@ -195,8 +185,7 @@ def reusable(target: Backend, prompt: list[int], request: GenerationRequest) -> 
     if request.media is not None:
         reuse = min(reuse, request.media.first_image)  # an image is evaluated anew, and so is all after it
     if reproducible(request):
-        aligned = getattr(target, "aligned_prefix", None)  # our kernels: none, the prompt is fed anew
-        reuse = min(reuse, aligned() if aligned is not None else 0)
+        reuse = min(reuse, target.aligned_prefix())
     return reuse
 
 
@@ -211,7 +200,7 @@ def _prefill(
     if media is not None:
         media.prefill(target, reuse)  # up to the last prompt token, which the decode below takes
     elif reuse < len(prompt) - 1:
-        _feed(target, prompt[reuse:-1])
+        target.feed(prompt[reuse:-1])
     # The last prompt token goes alone, whatever the cache held: its logits come from a pass of the same
     # shape cold or cached (llama.cpp rounds a one-row pass differently from a wider one), so a seed gives
     # the same first draw either way.

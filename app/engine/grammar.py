@@ -14,6 +14,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_grammar
 
+from app.engine.backends.base import Backend
 from app.engine.errors import InvalidRequest
 from app.engine.tools import CLOSE
 
@@ -61,11 +62,9 @@ class Grammar:
         return sampler
 
 
-def vocab_pointer(backend: Any) -> Any:
+def vocab_pointer(backend: Backend) -> Any:
     """The llama_vocab pointer of a backend's tokenizer (llama.cpp's model, or the native backend's copy)."""
-    vocab = getattr(backend, "_vocab_p", None)
-    if vocab is None:
-        vocab = getattr(getattr(backend, "_vocab", None), "_vocab_p", None)
+    vocab = backend.llama_vocab
     if vocab is None:
         raise InvalidRequest("this backend has no llama.cpp vocabulary: grammars are not available")
     return vocab

@@ -1,15 +1,20 @@
-"""An Engine's report for /props: the models, where they run and why, drafting, vision and batching."""
+"""An engine's report for /props: the models, where they run and why, drafting, vision and batching."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from app.engine.engine import Engine
+from app.engine.batching import Scheduler
+from app.engine.loading import LoadedPair
+from app.engine.slots import Slots
 
 
-def engine_props(engine: Engine) -> dict[str, Any]:
-    t = engine.target
+def engine_props(
+    pair: LoadedPair, scheduler: Scheduler, slots: Slots, placement: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What was loaded and why, how requests run (`scheduler` over `slots`), and where the engine process
+    placed the pair (`placement`, None: not placed by one)."""
+    t = pair.target
     out: dict[str, Any] = {
         "target": {
             "path": t.facts.path,
@@ -28,40 +33,40 @@ def engine_props(engine: Engine) -> dict[str, Any]:
             "tensor_split": t.tensor_split,
             "threads": t.n_threads,
             "backend": t.backend_name,
-            "backend_reason": engine.backend_reason,
-            "backend_choice": engine.backend_choice.as_dict() if engine.backend_choice else None,
+            "backend_reason": pair.backend_reason,
+            "backend_choice": pair.backend_choice.as_dict() if pair.backend_choice else None,
         },
-        "chat_template": engine.chat.source,
+        "chat_template": pair.chat.source,
         "capabilities": {
-            "tools": engine.chat.tool_format is not None,
-            "tool_call_format": engine.chat.tool_format,
+            "tools": pair.chat.tool_format is not None,
+            "tool_call_format": pair.chat.tool_format,
             "fill_in_the_middle": t.fim_tokens() is not None,
         },
         "draft": {
-            "source": engine.drafter.source if engine.drafter else "none",
-            "choice": engine.choice.describe(engine.drafter, engine.policy),
+            "source": pair.drafter.source if pair.drafter else "none",
+            "choice": pair.choice.describe(pair.drafter, pair.policy),
         },
-        "vision": engine.vision is not None,
-        "placement": engine.placement,
-        "batching": _batching(engine),
+        "vision": pair.vision is not None,
+        "placement": placement,
+        "batching": _batching(pair, scheduler, slots),
     }
-    if engine.vision is not None:
+    if pair.vision is not None:
         # A drafter model cannot see images: image prompts draft by n-gram lookup or not at all.
-        image_mode = "ngram" if engine.drafter is not None and engine.drafter.source == "ngram" else "plain"
-        out["projector"] = {**engine.vision.info(), "image_draft_mode": image_mode}
-    if engine.draft_model is not None:
+        image_mode = "ngram" if pair.drafter is not None and pair.drafter.source == "ngram" else "plain"
+        out["projector"] = {**pair.vision.info(), "image_draft_mode": image_mode}
+    if pair.draft_model is not None:
         out["draft"].update(
-            path=engine.draft_model.facts.path,
-            name=engine.draft_model.facts.name,
-            device=engine.draft_model.facts.device,
-            backend=engine.draft_model.backend_name,
-            backend_reason=engine.draft_backend_reason,
-            gpu_layers=engine.draft_model.facts.gpu_layers,
-            main_gpu=engine.draft_model.main_gpu,
-            cost_per_token_ms=round(engine.drafter.cost_per_token_s * 1e3, 3) if engine.drafter else None,
+            path=pair.draft_model.facts.path,
+            name=pair.draft_model.facts.name,
+            device=pair.draft_model.facts.device,
+            backend=pair.draft_model.backend_name,
+            backend_reason=pair.draft_backend_reason,
+            gpu_layers=pair.draft_model.facts.gpu_layers,
+            main_gpu=pair.draft_model.main_gpu,
+            cost_per_token_ms=round(pair.drafter.cost_per_token_s * 1e3, 3) if pair.drafter else None,
         )
-    if engine.vocab_verdict is not None:
-        v = engine.vocab_verdict
+    if pair.vocab_verdict is not None:
+        v = pair.vocab_verdict
         out["draft"]["vocabulary"] = {
             "compatible": v.compatible,
             "target_size": v.target_size,
@@ -70,27 +75,26 @@ def engine_props(engine: Engine) -> dict[str, Any]:
             "reasons": v.reasons,
             "summary": v.summary(),
         }
-    if engine.policy is not None and engine.costs is not None:
-        k, gain = engine.policy.best()
+    if pair.policy is not None and pair.costs is not None:
+        k, gain = pair.policy.best()
         out["draft"]["policy"] = {
-            "max_draft": engine.policy.max_draft,
-            "adaptive": engine.policy.adaptive,
-            "verify_cost_ms": [round(s * 1e3, 3) for s in engine.costs.seconds],
-            "verify_cost_relative": engine.costs.relative(),
-            "switch_penalty_ms": [round(s * 1e3, 3) for s in engine.costs.switch or []],
-            "acceptance_estimate": [round(a, 3) for a in engine.policy.acceptance()],
+            "max_draft": pair.policy.max_draft,
+            "adaptive": pair.policy.adaptive,
+            "verify_cost_ms": [round(s * 1e3, 3) for s in pair.costs.seconds],
+            "verify_cost_relative": pair.costs.relative(),
+            "switch_penalty_ms": [round(s * 1e3, 3) for s in pair.costs.switch or []],
+            "acceptance_estimate": [round(a, 3) for a in pair.policy.acceptance()],
             "best_draft_length": k,
             "expected_speedup": round(gain, 3),
         }
     return out
 
 
-def _batching(engine: Engine) -> dict[str, Any]:
+def _batching(pair: LoadedPair, scheduler: Scheduler, slots: Slots) -> dict[str, Any]:
     """How concurrent requests run."""
-    scheduler = engine.scheduler
     if not scheduler.batched:
-        one = engine.one_slot_reason if engine.target.backend_name == "llama" else ""
-        one = one or f"the {engine.target.backend_name} backend keeps one sequence here"
+        one = pair.one_slot_reason if pair.target.backend_name == "llama" else ""
+        one = one or f"the {pair.target.backend_name} backend keeps one sequence here"
         why = f"{one}: requests run one at a time"
     else:
         why = (
@@ -100,7 +104,7 @@ def _batching(engine: Engine) -> dict[str, Any]:
             "cache emptied of other slots, and decodes plainly, so that its text does not depend on them"
         )
     return {
-        "slots": len(engine.slots.slots),
+        "slots": len(slots.slots),
         "batched": scheduler.batched,
         "reason": why,
         "batch_steps": scheduler.batch_steps,

@@ -14,10 +14,10 @@ whenever another client takes it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from app.engine.backends.base import Backend
-from app.engine.backends.llama import LlamaBackend
-from app.engine.drafters import common_prefix
+from app.engine.backends.base import Backend, BatchingBackend
+from app.engine.drafting.drafters import common_prefix
 
 MIN_SHARED = 2  # a slot shares less than this (its BOS at most) with a prompt: an empty one is taken first
 
@@ -40,7 +40,7 @@ class Slots:
 
     def __init__(self, target: Backend) -> None:
         self.target = target
-        self._multi = target if isinstance(target, LlamaBackend) and target.n_seq > 1 else None
+        self._multi = cast(BatchingBackend, target) if target.n_seq > 1 else None
         self.slots = [Slot(i) for i in range(self._multi.n_seq if self._multi else 1)]
         self._tick = 0
         self.last: Slot = self.slots[0]  # the slot the last generation ended in

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.engine.drafting import Draft
+    from app.engine.drafting.step import Draft
     from app.engine.speculative import StepResult
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from app.catalog.packaged import PACKAGED
 from app.cli import trace
+from app.engine.drafting.policy import TRIAL_STEPS, TrialState
 from app.engine.engine import Engine
-from app.engine.policy import TRIAL_STEPS, TrialState
 from tests.support.helpers import settings
 
 PROMPTS = json.loads((Path(__file__).resolve().parents[2] / "bench" / "prompts.json").read_text())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.config import EngineSettings
 from app.engine.backends.choice import (
     DECODE_PASSES,
     PROMPT_TOKENS,
@@ -19,6 +20,8 @@ from app.engine.backends.choice import (
     decide,
 )
 from app.engine.backends.llama import LlamaBackend
+
+CPU_512 = EngineSettings(n_ctx=512, n_threads=2, device="cpu")
 
 # Decode steps and verify passes of 9 tokens (8 drafts + 1), ms, from docs/bench/h200-2026-12-01-fused/
 # backends.txt (one H200, llama.cpp CUDA vs our kernels). That record has no prefill figure: both sides get
@@ -109,12 +112,12 @@ def test_choose_backend_times_both_sides_once_then_reads_the_cache(gemma_path: P
     def loader(label: str):
         def load() -> LlamaBackend:
             loads.append(label)
-            return LlamaBackend(gemma_path, n_ctx=512, n_threads=2, device="cpu")
+            return LlamaBackend(gemma_path, CPU_512)
 
         return load
 
     def choose() -> tuple[LlamaBackend, object]:
-        first = LlamaBackend(gemma_path, n_ctx=512, n_threads=2, device="cpu")
+        first = LlamaBackend(gemma_path, CPU_512)
         return choose_backend(
             first,
             loader("native"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.drafters import CrossVocabDrafter
+from app.engine.drafting.drafters import CrossVocabDrafter
 from app.engine.engine import Engine
 from app.engine.generation import Chunk, GenerationRequest
 from app.engine.sampling import SamplingParams

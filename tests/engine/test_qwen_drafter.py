@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.drafters import ModelDrafter
+from app.engine.drafting.drafters import ModelDrafter
+from app.engine.drafting.policy import TRIAL_STEPS, TrialState
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest
-from app.engine.policy import TRIAL_STEPS, TrialState
 from app.engine.sampling import SamplingParams
 from tests.support.helpers import assert_exact, run_checked, settings
 

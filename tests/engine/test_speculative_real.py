@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.engine.drafters import CrossVocabDrafter, ModelDrafter, NgramDrafter
+from app.engine.drafting.drafters import CrossVocabDrafter, ModelDrafter, NgramDrafter
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest
 from app.engine.sampling import SamplingParams
@@ -185,8 +185,8 @@ def test_a_device_top_k_samples_the_tokens_the_whole_rows_give(gemma_self: Engin
 def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:
     """With a GPU-like cost curve (a change of width costs extra) short drafts are padded with filler
     to the chosen width: the output and the KV stay exactly as without speculation."""
-    from app.engine.calibration import VerifyCosts
-    from app.engine.policy import DraftPolicy
+    from app.engine.drafting.calibration import VerifyCosts
+    from app.engine.drafting.policy import DraftPolicy
 
     steady = {1: 1.98e-3, 2: 2.26e-3, 4: 2.94e-3, 8: 4.0e-3, 17: 5.1e-3}
     switch = {1: 2.5e-3, 2: 3.5e-3, 17: 4.5e-3}
@@ -213,8 +213,8 @@ def test_padded_drafts_keep_the_output_exact(gemma_path: Path) -> None:
 def test_a_padded_lookup_never_runs_past_the_context(gemma_path: Path) -> None:
     """On a GPU-like cost curve a lookup's pass is padded to its one width; near the end of the context
     the pass is cut so it fits, and the answer ends at the context's length, not in an error."""
-    from app.engine.calibration import VerifyCosts
-    from app.engine.policy import DraftPolicy
+    from app.engine.drafting.calibration import VerifyCosts
+    from app.engine.drafting.policy import DraftPolicy
 
     steady = {1: 1.98e-3, 2: 2.26e-3, 4: 2.94e-3, 8: 4.0e-3, 17: 5.1e-3}
     switch = {1: 2.5e-3, 2: 3.5e-3, 17: 4.5e-3}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.backends.llama import read_model_header
+from app.engine.backends.base import read_model_header
 from app.engine.chat import ChatFormat
 from app.engine.errors import InvalidRequest
 from app.engine.tools import (

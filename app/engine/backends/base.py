@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,6 +36,9 @@ class ModelFacts:
     n_layer: int
     device: str  # what the model actually runs on: "cpu" or "gpu"
     gpu_layers: int
+
+
+UNPLACED_N_CTX = 4096  # the context of a model loaded without a placement's size (tests, scripts)
 
 
 def read_model_header(path: Path) -> gguf.GGUFHeader:
@@ -81,6 +84,13 @@ class Backend(Protocol):
     chat_template: str | None
     # decode_topk's widest k taken on the device (0: none; speculative.sampled_rows then takes rows)
     device_topk_max: int
+    n_seq: int  # KV sequences the backend holds (more than one: it is a BatchingBackend)
+    devices_key: str  # the RPC devices part of the verify-cost cache key ("" when no layer is remote)
+
+    @property
+    def llama_vocab(self) -> Any:
+        """llama.cpp's `llama_vocab` pointer that grammar samplers bind to (None: the backend has none)."""
+        ...
 
     @property
     def supports_device_argmax(self) -> bool:
@@ -101,6 +111,14 @@ class Backend(Protocol):
     def decode_topk(self, tokens: list[int], logits_from: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Like decode, but the k best logits of each row, best first (ties to the lower id): values
         [rows, k] float32 and ids [rows, k] int32. Taken on the device for k <= device_topk_max."""
+        ...
+
+    def feed(self, tokens: list[int]) -> None:
+        """Append tokens at positions len(kv_tokens)... with no logits (a prompt before its last token)."""
+        ...
+
+    def aligned_prefix(self) -> int:
+        """How much of the cached prefix a reproducible request may keep (see generation.reproducible)."""
         ...
 
     def rollback(self, n_keep: int) -> None:
@@ -126,3 +144,31 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class BatchingBackend(Backend, Protocol):
+    """A backend of several sequences (n_seq > 1) that decodes rows of them in one pass (continuous batching).
+
+    The Backend calls act on the selected sequence; these name theirs."""
+
+    def select(self, seq: int) -> None:
+        """Make `seq` the sequence that decode, rollback and kv_tokens act on."""
+        ...
+
+    def seq_tokens(self, seq: int) -> list[int]:
+        """The tokens sequence `seq` keeps (its kv_tokens)."""
+        ...
+
+    def seq_cells(self, seq: int) -> tuple[int, int]:
+        """(lowest, highest) position the backend's cache holds for `seq`; (-1, -1) when it holds none."""
+        ...
+
+    def rollback_seq(self, seq: int, n_keep: int) -> None:
+        """Drop every position >= n_keep that sequence `seq` caches."""
+        ...
+
+    def decode_batch(self, parts: list[tuple[int, list[int], int]]) -> np.ndarray:
+        """One pass over several sequences: each part (seq, tokens, logits_from) appends tokens after that
+        sequence's cache, and its rows from logits_from on get logits (len(tokens): none). Returns float32
+        [rows with logits, n_vocab], parts in order, valid until the next decode."""
+        ...

@@ -29,6 +29,7 @@ log = logging.getLogger("foresight.choice")
 PROMPT_TOKENS = 512
 DECODE_PASSES = 256
 CACHE_VERSION = "v1"
+# the text timed passes read (code, as the weighed request's prompt; verify-cost calibration reads it too)
 FILLER = b"def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
 
 

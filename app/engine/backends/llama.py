@@ -14,13 +14,16 @@ import ctypes
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from app.catalog import gguf
-from app.engine.backends.base import ModelFacts, plan_decode, read_model_header
+from app.config import EngineSettings
+from app.engine.backends.base import UNPLACED_N_CTX, ModelFacts, plan_decode, read_model_header
+from app.engine.backends.llama_batch import Batch
 from app.engine.backends.llama_library import add_rpc_servers as add_rpc_servers  # app.devices adds them
 from app.engine.backends.llama_library import devices_key, ensure_backend, model_devices
 from app.engine.backends.llama_library import ggml_library as ggml_library  # app.devices reads it here
@@ -82,6 +85,100 @@ _FLASH_ATTN = {
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 
+Role = Literal["target", "draft"]
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A llama_model loaded where the settings place it, and why there."""
+
+    model: Any  # the llama_model pointer
+    device: str  # "cpu" or "gpu"
+    gpu_layers: int
+    main_gpu: int
+    reason: str
+    devices_key: str  # the devices named, where RPC workers joined (their verify costs differ)
+    arrays: tuple[Any, ...]  # ctypes arrays the model's params point into, kept as long as the model
+
+
+def _load_model(path: Path, device: str, gpu_layers: int, tensor_split: list[float] | None) -> _Placed:
+    used, n_gpu_layers, main_gpu, reason = _resolve_device(device, gpu_layers)
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = n_gpu_layers
+    mparams.main_gpu = main_gpu
+    if used == "gpu" and ":" in device and not tensor_split:
+        # gpu:N pins the whole model to that GPU; plain "gpu" lets llama.cpp spread layers over all
+        mparams.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
+        reason += f"; pinned to GPU {main_gpu}"
+    if used == "gpu" and n_gpu_layers >= 0:
+        reason += f"; {n_gpu_layers} layers offloaded, the rest on the CPU"
+    arrays: list[Any] = []
+    key = ""
+    chosen = model_devices(used, pinned=":" in device and not tensor_split)
+    if chosen is not None:  # RPC workers joined: name the devices (the drafter keeps to this machine)
+        pointers, names = chosen
+        key = devices_key(names)
+        arrays.append((ctypes.c_void_p * (len(pointers) + 1))(*pointers, None))
+        mparams.devices = ctypes.cast(arrays[-1], ctypes.c_void_p)
+        remote = any(n.startswith("RPC") for n in names)
+        reason += "; " + (
+            f"layers over {', '.join(names)} (workers first)" if remote else "this machine only"
+        )
+    if tensor_split:
+        n_dev = llama_cpp.llama_max_devices()
+        arrays.append((ctypes.c_float * n_dev)(*tensor_split[:n_dev]))
+        mparams.tensor_split = arrays[-1]
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        raise ModelLoadError(f"llama.cpp could not load {path.name}: {_native_errors() or 'no reason'}")
+    return _Placed(model, used, n_gpu_layers, main_gpu, reason, key, tuple(arrays))
+
+
+def _context_params(settings: EngineSettings, n_ctx: int, n_batch: int, n_seq: int, threads: int) -> Any:
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = n_batch
+    cparams.n_ubatch = n_batch
+    cparams.n_seq_max = n_seq
+    # One cache for all sequences: each may grow to n_ctx, together they hold n_ctx cells.
+    cparams.kv_unified = True
+    cparams.n_threads = threads
+    cparams.n_threads_batch = threads
+    cparams.flash_attn_type = _FLASH_ATTN[settings.flash_attn]
+    cparams.swa_full = True  # rollback needs the whole sliding window kept (gemma3)
+    cparams.no_perf = True
+    cparams.n_outputs_max_per_seq = n_batch  # backend sampling of a whole verify batch
+    return cparams
+
+
+class _GreedyOnDevice:
+    """llama.cpp's backend sampling with a greedy chain on one sequence: decodes then hand over token ids
+    instead of [rows, n_vocab] logits. A chain is initialised for the backend once, so each switch-on
+    attaches a fresh one."""
+
+    def __init__(self, wanted: bool) -> None:
+        self.enabled = wanted  # off where not wanted, or where llama.cpp refused it
+        self.on = False
+        self._chain: Any = None
+        self._seq = 0  # the sequence it sits on
+
+    def attach(self, ctx: Any, seq: int) -> None:
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+        if not llama_cpp.llama_set_sampler(ctx, seq, chain):
+            llama_cpp.llama_sampler_free(chain)
+            log.warning("llama.cpp refused backend sampling; the argmax stays on the host")
+            self.enabled = False
+            return
+        self._chain, self._seq, self.on = chain, seq, True
+
+    def detach(self, ctx: Any) -> None:
+        llama_cpp.llama_set_sampler(ctx, self._seq, None)
+        if self._chain is not None:
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None
+        self.on = False
+
 
 class LlamaBackend(_Vocabulary):
     """One llama.cpp model and context with n_seq sequences; the Backend calls act on `seq`."""
@@ -92,79 +189,42 @@ class LlamaBackend(_Vocabulary):
     def __init__(
         self,
         path: str | Path,
+        settings: EngineSettings | None = None,
         *,
-        n_ctx: int = 4096,
-        n_batch: int = 512,
-        n_threads: int = 0,
-        device: str = "auto",
-        gpu_layers: int = -1,
-        tensor_split: list[float] | None = None,
-        device_argmax: bool = True,
-        flash_attn: str = "auto",
+        role: Role = "target",
         n_seq: int = 1,
     ) -> None:
+        """The model as `settings` place it in `role`: a drafter goes whole (gpu_layers and tensor_split
+        are the target's) on settings.draft_device, in passes of at most 512 tokens. n_ctx 0: the
+        context of an unplaced model."""
+        es = settings or EngineSettings()
+        if role == "draft":
+            device, gpu_layers, tensor_split, n_batch = es.draft_device, -1, None, min(es.n_batch, 512)
+        else:
+            device, gpu_layers, tensor_split, n_batch = es.device, es.gpu_layers, es.tensor_split, es.n_batch
         self.path = Path(path)
         self.header = read_model_header(self.path)
         if not self.header.architecture:
             raise ModelLoadError(f"{self.path.name} has no general.architecture: not a model file")
         ensure_backend()
-        used, n_gpu_layers, main_gpu, self.device_reason = _resolve_device(device, gpu_layers)
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
-        mparams.main_gpu = main_gpu
-        self.main_gpu = main_gpu
+        placed = _load_model(self.path, device, gpu_layers, tensor_split)
+        self._model, self._arrays = placed.model, placed.arrays
+        self.device_reason, self.devices_key, self.main_gpu = (
+            placed.reason,
+            placed.devices_key,
+            placed.main_gpu,
+        )
         self.tensor_split = list(tensor_split) if tensor_split else None
-        if used == "gpu" and ":" in device and not tensor_split:
-            # gpu:N pins the whole model to that GPU; plain "gpu" lets llama.cpp spread layers over all
-            mparams.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
-            self.device_reason += f"; pinned to GPU {main_gpu}"
-        if used == "gpu" and n_gpu_layers >= 0:
-            self.device_reason += f"; {n_gpu_layers} layers offloaded, the rest on the CPU"
-        self._devices = None
-        self.devices_key = ""  # the devices named, where RPC workers joined (their verify costs differ)
-        chosen = model_devices(used, pinned=":" in device and not tensor_split)
-        if chosen is not None:  # RPC workers joined: name the devices (the drafter keeps to this machine)
-            pointers, names = chosen
-            self.devices_key = devices_key(names)
-            self._devices = (ctypes.c_void_p * (len(pointers) + 1))(*pointers, None)
-            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-            remote = any(n.startswith("RPC") for n in names)
-            where = f"layers over {', '.join(names)} (workers first)" if remote else "this machine only"
-            self.device_reason += f"; {where}"
-        self._split = None
-        if tensor_split:
-            n_dev = llama_cpp.llama_max_devices()
-            self._split = (ctypes.c_float * n_dev)(*tensor_split[:n_dev])
-            mparams.tensor_split = self._split
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self._model:
-            raise ModelLoadError(
-                f"llama.cpp could not load {self.path.name}: {_native_errors() or 'no reason'}"
-            )
         self._ctx = None
-        self._batch = None
-        self._argmax_chain = None  # the greedy chain attached to a sequence while argmax runs on the device
-        self._argmax_seq = 0  # the sequence it sits on
-        self._argmax_on = False
+        self._batch: Batch | None = None
+        self._greedy = _GreedyOnDevice(es.device_argmax)
         try:
-            threads = n_threads or default_threads()
-            cparams = llama_cpp.llama_context_default_params()
-            cparams.n_ctx = n_ctx
-            cparams.n_batch = n_batch
-            cparams.n_ubatch = n_batch
-            cparams.n_seq_max = n_seq
-            # One cache for all sequences: each may grow to n_ctx, together they hold n_ctx cells.
-            cparams.kv_unified = True
-            cparams.n_threads = threads
-            cparams.n_threads_batch = threads
-            cparams.flash_attn_type = _FLASH_ATTN[flash_attn]
-            cparams.swa_full = True  # rollback needs the whole sliding window kept (gemma3)
-            cparams.no_perf = True
-            cparams.n_outputs_max_per_seq = n_batch  # backend sampling of a whole verify batch
+            threads = es.n_threads or default_threads()
+            cparams = _context_params(es, es.n_ctx or UNPLACED_N_CTX, n_batch, n_seq, threads)
             self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
             if not self._ctx:
                 raise ModelLoadError(
-                    f"llama.cpp could not create a context for {self.path.name} with n_ctx={n_ctx}: "
+                    f"llama.cpp could not create a context for {self.path.name} with n_ctx={cparams.n_ctx}: "
                     f"{_native_errors() or 'out of memory?'}"
                 )
             self._mem = llama_cpp.llama_get_memory(self._ctx)
@@ -175,20 +235,7 @@ class LlamaBackend(_Vocabulary):
             self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab_p))
             if self.n_vocab <= 0:
                 raise ModelLoadError(f"{self.path.name} has no vocabulary: not a text model")
-            self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-            self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
-            self._batch_pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
-            self._batch_logits = np.ctypeslib.as_array(
-                ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(n_batch,)
-            )
-            for i in range(n_batch):
-                self._batch.n_seq_id[i] = 1
-                self._batch.seq_id[i][0] = 0
-            self._row_seq = np.zeros(n_batch, dtype=np.int32)  # what each batch row's seq_id holds now
-            self._arange = np.arange(n_batch, dtype=np.int32)
-            # Greedy decoding can take the argmax on the device (llama.cpp backend sampling): only token
-            # ids come back instead of [rows, n_vocab] logits.
-            self._device_argmax = device_argmax
+            self._batch = Batch(n_batch)
         except BaseException:
             self.close()
             raise
@@ -210,15 +257,15 @@ class LlamaBackend(_Vocabulary):
             kv_bytes_per_token=_kv_bytes_per_token(self.header),
             n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
             n_layer=int(llama_cpp.llama_model_n_layer(self._model)),
-            device=used,
-            gpu_layers=n_gpu_layers,
+            device=placed.device,
+            gpu_layers=placed.gpu_layers,
         )
         log.info(
             "loaded %s (%s, %.0f MB) on %s, n_ctx=%d, threads=%d",
             self.path.name,
             self.facts.architecture,
             self.facts.weights_bytes / 1e6,
-            used,
+            placed.device,
             self.n_ctx,
             threads,
         )
@@ -233,8 +280,8 @@ class LlamaBackend(_Vocabulary):
         """Make `seq` the sequence that decode, rollback and kv_tokens act on."""
         if not 0 <= seq < self.n_seq:
             raise ValueError(f"sequence {seq} of {self.n_seq}")
-        if seq != self.seq and self._argmax_on:
-            self._set_device_argmax(False)  # the greedy chain sits on one sequence
+        if seq != self.seq and self._greedy.on:
+            self._greedy.detach(self._ctx)  # the greedy chain sits on one sequence
         self.seq = seq
 
     def seq_tokens(self, seq: int) -> list[int]:
@@ -248,17 +295,10 @@ class LlamaBackend(_Vocabulary):
             int(llama_cpp.llama_memory_seq_pos_max(self._mem, seq)),
         )
 
-    def _set_row_seqs(self, seqs: np.ndarray) -> None:
-        """Rows 0..len(seqs)-1 of the batch belong to these sequences (only changed rows are written)."""
-        rows = self._row_seq[: len(seqs)]
-        for i in np.flatnonzero(rows != seqs).tolist():
-            self._batch.seq_id[i][0] = int(seqs[i])
-        rows[:] = seqs
-
     # --- decoding -------------------------------------------------------------------------------------
     def decode(self, tokens: list[int], logits_from: int) -> np.ndarray:
-        if self._argmax_on:
-            self._set_device_argmax(False)
+        if self._greedy.on:
+            self._greedy.detach(self._ctx)
         self._decode(tokens, logits_from)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(len(tokens) - logits_from, self.n_vocab))
@@ -269,10 +309,9 @@ class LlamaBackend(_Vocabulary):
 
         Returns float32 [rows with logits, n_vocab], parts in order, valid until the next decode. The
         parts together take at most n_batch tokens, one part per sequence."""
-        if not self._ctx:
-            raise DecodeError(f"{self.path.name} is closed")
-        if self._argmax_on and any(logits_from < len(tokens) for _, tokens, logits_from in parts):
-            self._set_device_argmax(False)
+        batch = self._open_batch()
+        if self._greedy.on and any(logits_from < len(tokens) for _, tokens, logits_from in parts):
+            self._greedy.detach(self._ctx)
         n = sum(len(tokens) for _, tokens, _ in parts)
         if not 0 < n <= self.n_batch or len({seq for seq, _, _ in parts}) != len(parts):
             raise ValueError(f"a batch of {n} tokens over {len(parts)} parts (one per sequence)")
@@ -284,22 +323,18 @@ class LlamaBackend(_Vocabulary):
                 raise ValueError(f"logits from row {logits_from} of a part of {m} tokens")
             if start + m > self.n_ctx:
                 raise ContextLengthExceeded(f"{start + m} tokens do not fit the context of {self.n_ctx}")
-            self._batch_tokens[row : row + m] = tokens
-            np.add(self._arange[:m], start, out=self._batch_pos[row : row + m])
-            self._batch_logits[row : row + logits_from] = 0
-            self._batch_logits[row + logits_from : row + m] = 1
+            batch.put(row, tokens, start, logits_from)
             seqs[row : row + m] = seq
             row += m
-        self._set_row_seqs(seqs)
-        self._batch.n_tokens = n
-        ret = llama_cpp.llama_decode(self._ctx, self._batch)
+        batch.set_seqs(seqs)
+        ret = llama_cpp.llama_decode(self._ctx, batch.ready(n))
         if ret != 0:
             for seq, _, _ in parts:
                 llama_cpp.llama_memory_seq_rm(self._mem, seq, len(self._kv[seq]), -1)
             raise DecodeError(f"llama_decode failed with code {ret}: {_native_errors() or 'no KV slot'}")
         for seq, tokens, _ in parts:
             self._kv[seq].extend(tokens)
-        n_out = int(self._batch_logits[:n].sum())
+        n_out = batch.outputs(n)
         if n_out == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab))
@@ -330,15 +365,15 @@ class LlamaBackend(_Vocabulary):
 
     @property
     def supports_device_argmax(self) -> bool:
-        return self._device_argmax
+        return self._greedy.enabled
 
     def decode_argmax(self, tokens: list[int], logits_from: int) -> list[int]:
         """Like decode, but returns the argmax token of each row with logits, computed on the device."""
-        if not self._device_argmax:
+        if not self._greedy.enabled:
             rows = self.decode(tokens, logits_from)
             return rows.argmax(axis=1).tolist()
-        if not self._argmax_on:
-            self._set_device_argmax(True)
+        if not self._greedy.on:
+            self._greedy.attach(self._ctx, self.seq)
         self._decode(tokens, logits_from)
         last_chunk = (len(tokens) - 1) // self.n_batch * self.n_batch  # indices count in the last batch
         get = llama_cpp.llama_get_sampled_token_ith
@@ -347,47 +382,27 @@ class LlamaBackend(_Vocabulary):
             raise DecodeError("llama.cpp sampled no token for a requested row")
         return out
 
-    def _set_device_argmax(self, on: bool) -> None:
-        # A chain is initialised for the backend once, so each switch-on attaches a fresh one.
-        if on:
-            chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-            if not llama_cpp.llama_set_sampler(self._ctx, self.seq, chain):
-                llama_cpp.llama_sampler_free(chain)
-                log.warning("llama.cpp refused backend sampling; the argmax stays on the host")
-                self._device_argmax = False
-                return
-            self._argmax_chain = chain
-            self._argmax_seq = self.seq
-        else:
-            llama_cpp.llama_set_sampler(self._ctx, self._argmax_seq, None)
-            if self._argmax_chain is not None:
-                llama_cpp.llama_sampler_free(self._argmax_chain)
-                self._argmax_chain = None
-        self._argmax_on = on
+    def _open_batch(self) -> Batch:
+        if not self._ctx or self._batch is None:
+            raise DecodeError(f"{self.path.name} is closed")
+        return self._batch
 
     def _decode(self, tokens: list[int], logits_from: int) -> None:
-        if not self._ctx:
-            raise DecodeError(f"{self.path.name} is closed")
+        batch = self._open_batch()
         n = len(tokens)
         start = len(self.kv_tokens)
         nb = self.n_batch
         last_chunk = plan_decode(n, logits_from, start, self.n_ctx, nb)
-        self._set_row_seqs(np.full(min(n, nb), self.seq, dtype=np.int32))
+        batch.set_seqs(np.full(min(n, nb), self.seq, dtype=np.int32))
         for chunk in range(0, n, nb):
-            m = min(nb, n - chunk)
-            self._batch_tokens[:m] = tokens[chunk : chunk + m]
-            np.add(self._arange[:m], start + chunk, out=self._batch_pos[:m])
-            self._batch_logits[:m] = 0
-            if chunk == last_chunk:
-                self._batch_logits[logits_from - chunk : m] = 1
-            self._batch.n_tokens = m
-            ret = llama_cpp.llama_decode(self._ctx, self._batch)
+            part = tokens[chunk : chunk + nb]
+            batch.put(0, part, start + chunk, logits_from - chunk if chunk == last_chunk else len(part))
+            ret = llama_cpp.llama_decode(self._ctx, batch.ready(len(part)))
             if ret != 0:
                 llama_cpp.llama_memory_seq_rm(self._mem, self.seq, start + chunk, -1)
                 self.rollback(start)
                 raise DecodeError(f"llama_decode failed with code {ret}: {_native_errors() or 'no KV slot'}")
-            self.kv_tokens.extend(tokens[chunk : chunk + m])
+            self.kv_tokens.extend(part)
 
     def decode_external(
         self, n_positions: int, placeholder: int, run: Callable[[Any, int, int], int]
@@ -404,8 +419,8 @@ class LlamaBackend(_Vocabulary):
             raise ContextLengthExceeded(
                 f"{start + n_positions} positions do not fit the context of {self.n_ctx} tokens"
             )
-        if self._argmax_on:  # no sampler may sit on the sequence while embeddings are decoded
-            self._set_device_argmax(False)
+        if self._greedy.on:  # no sampler may sit on the sequence while embeddings are decoded
+            self._greedy.detach(self._ctx)
         try:
             end = run(self._ctx, start, self.seq)
         except BaseException:
@@ -440,10 +455,10 @@ class LlamaBackend(_Vocabulary):
 
     # --- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
-        if self._argmax_on and self._ctx:
-            self._set_device_argmax(False)
+        if self._greedy.on and self._ctx:
+            self._greedy.detach(self._ctx)
         if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
+            self._batch.free()
             self._batch = None
         if self._ctx:
             llama_cpp.llama_free(self._ctx)

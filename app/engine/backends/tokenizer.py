@@ -31,6 +31,11 @@ class Vocabulary:
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces = {}
 
+    @property
+    def llama_vocab(self) -> Any:
+        """The `llama_vocab` pointer (grammar samplers bind to it)."""
+        return self._vocab_p
+
     def _vocab_info(self, n_tokens: int) -> VocabInfo:
         vt = self._vocab_p
         return VocabInfo(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.engine.drafters import NgramDrafter
+from app.engine.drafting.drafters import NgramDrafter
 
 
 def test_proposes_what_followed_the_latest_match() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.backends.base import Backend
+from app.engine.backends.choice import FILLER
 
 log = logging.getLogger("foresight.calibration")
 
@@ -88,9 +89,7 @@ def measure_verify_costs(
         except (ValueError, OSError, KeyError, TypeError, AttributeError):
             log.warning("ignoring unreadable verify-cost cache %s", cache_file)
     target.rollback(0)
-    filler = target.tokenize(
-        b"def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n", True, False
-    )
+    filler = target.tokenize(FILLER, True, False)
     prefix = (filler * (64 // max(len(filler), 1) + 1))[:64]
     target.decode_argmax(prefix, len(prefix) - 1)
 
@@ -148,13 +147,12 @@ def cost_key(target: Backend, flash_attn: str) -> str:
     argmax = "dev" if target.supports_device_argmax else "host"
     # where the layers sit changes the verify costs: partial offload, a pinned GPU, a split
     place = f"{target.facts.device}{target.main_gpu}:{target.facts.gpu_layers}l:{target.tensor_split or ''}"
-    if getattr(target, "devices_key", ""):  # layers on RPC workers: which ones, the network is in the cost
+    if target.devices_key:  # layers on RPC workers: which ones, the network is in the cost
         place += f":{target.devices_key}"
     if target.backend_name != "llama":
         place = f"{target.backend_name}:{place}"
-    return (
-        f"{target.path.name}:{st.st_size}:{place}:{target.n_threads}t:{target.n_batch}b:{argmax}:fa-{flash_attn}"
-    )
+    passes = f"{target.n_threads}t:{target.n_batch}b:{argmax}:fa-{flash_attn}"
+    return f"{target.path.name}:{st.st_size}:{place}:{passes}"
 
 
 def measure_token_cost(model: Backend, repeats: int = 7) -> tuple[float, float]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from app.engine.drafters import Drafter
-from app.engine.drafting import Speculation
+from app.engine.drafting.drafters import Drafter
+from app.engine.drafting.policy import DraftPolicy, TrialState
+from app.engine.drafting.step import Speculation
 from app.engine.generation import Chunk
-from app.engine.policy import DraftPolicy, TrialState
 from app.engine.stats import DraftGains
 
 # After a drafter model's trial failed, generations draft by lookup; a new trial comes after this many

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from app.engine.drafters import Drafter
-from app.engine.estimates import DraftState
-from app.engine.policy import DraftPolicy
+from app.engine.drafting.drafters import Drafter
+from app.engine.drafting.estimates import DraftState
+from app.engine.drafting.policy import DraftPolicy
 from app.engine.speculative import StepResult
 
 

@@ -4,7 +4,7 @@ copy, how long drafting stretches last, the passes so far, when to probe again."
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -31,6 +31,7 @@ COPY_START = 4
 # excursion and back must keep about four to pay (bench-ngram-chat.jsonl in docs/bench).
 COPY_GOES_ON = 0.9
 _GOES_ON_WEIGHT = 4.0
+_PRIOR_WEIGHT = 1.0  # observations a prior counts for
 _PRIOR_ACCEPT = 0.5  # a drafter model's: enough to try drafting before anything is measured
 # A change of width pays its switch penalty once; the policy spreads it over the steps a drafting
 # stretch is expected to last: a running mean of past stretches, or for a lookup in a copy what its
@@ -94,6 +95,23 @@ class PositionCounts:
     def __init__(self, n_positions: int) -> None:
         self.hits = [0.0] * n_positions
         self.tries = [0.0] * n_positions
+
+    def chances(self, state: DraftState, goes_on: float) -> list[float]:
+        """Per position: the chance it is accepted once the ones before it were, drafts being in `state`
+        and a lookup's drafts in this answer going on at the rate `goes_on`.
+
+        A position seldom tried leans on the position before it, not on a flat prior: in a copied
+        run every position is as likely as the first, so drafts grow as far as acceptance holds.
+        """
+        prior = state.prior()
+        floor = state.floor()
+        out = []
+        for h, t in zip(self.hits, self.tries, strict=True):
+            prior = (h + prior * _PRIOR_WEIGHT) / (t + _PRIOR_WEIGHT)
+            out.append(prior)
+            if state.kind is Kind.COPY:
+                prior = max(prior, goes_on) if goes_on >= COPY_GOES_ON else max(goes_on, floor)
+        return out
 
     def age(self) -> None:
         self.hits = [h * DECAY for h in self.hits]
@@ -221,3 +239,29 @@ class ProbeSchedule:
         self.since = 0
         self.every = min(self.every * 2, _LAST_PROBE)
         return True
+
+
+def best_length(
+    acceptance: list[float],
+    seconds: Callable[[int], float],
+    available: int | None = None,
+    widths: list[int] | None = None,
+) -> tuple[int, float]:
+    """(k, speed-up over a plain step) for the draft length k with the most expected tokens per second.
+
+    acceptance: per position, the chance it is accepted once the ones before it were; seconds(k): a step
+    drafting k tokens (0: a plain step); available: a draft already made is this long (a longer k pads it
+    with filler, which is never accepted); widths: the only draft lengths allowed (None: any).
+    """
+    plain = 1.0 / seconds(0)
+    best_k, best_rate = 0, plain
+    tokens, survive = 1.0, 1.0
+    for k, a in enumerate(acceptance, start=1):
+        survive *= a if available is None or k <= available else 0.0
+        tokens += survive
+        if widths is not None and k not in widths:
+            continue
+        rate = tokens / seconds(k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k, best_rate / plain

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.engine.calibration import VerifyCosts
-from app.engine.policy import TRIAL_STEPS, DraftPolicy, TrialState
+from app.engine.drafting.calibration import VerifyCosts
+from app.engine.drafting.policy import TRIAL_STEPS, DraftPolicy, TrialState
 
 # Measured on a 2-core CPU, Qwen2.5-Coder-1.5B Q4_K_M (ms): verifying m tokens costs about m steps.
 CPU_QWEN = {1: 33.0, 2: 60.0, 4: 100.0, 8: 200.0, 16: 250.0, 17: 260.0}

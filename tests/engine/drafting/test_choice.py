@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.draft_choice import RETRIAL_AFTER
+from app.engine.drafting.choice import RETRIAL_AFTER
+from app.engine.drafting.policy import TRIAL_STEPS, TrialState
 from app.engine.engine import Engine
 from app.engine.generation import GenerationRequest
-from app.engine.policy import TRIAL_STEPS, TrialState
 from tests.support.helpers import settings
 
 

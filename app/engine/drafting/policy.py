@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from app.engine.calibration import COST_EMA, VerifyCosts
-from app.engine.estimates import (
+from app.engine.drafting.calibration import COST_EMA, VerifyCosts
+from app.engine.drafting.estimates import (
     COLD,
-    COPY_GOES_ON,
     COPY_START,
     HOT,
     RUN_PRIOR,
@@ -39,10 +38,10 @@ from app.engine.estimates import (
     PositionCounts,
     ProbeSchedule,
     Stretches,
+    best_length,
     lookup_state,
 )
 
-_PRIOR_WEIGHT = 1.0
 _MIN_GAIN = 1.03  # a draft must promise 3% over a plain step to be worth verifying
 # A probe is an investment (a model drafter may first have to catch up on the whole prompt): only
 # made where perfect drafts would win clearly.
@@ -94,6 +93,17 @@ class Trial:
         self.drafted += drafted
         self.accepted += accepted
         self.verify_s += verify_s
+
+    def conclude(self, k: int, gain: float, draft_cost_s: float) -> None:
+        """The trial's end: drafting pays where the best draft length k promises `gain` of at least 3%."""
+        paid = k > 0 and gain >= _MIN_GAIN
+        self.state = TrialState.PAID if paid else TrialState.FAILED
+        self.verdict = (
+            f"trial of {self.drafted_steps} drafted steps kept {self.accepted} of {self.drafted} drafted "
+            f"tokens ({self.accepted / max(self.drafted_steps, 1):.2f} a step) at "
+            f"{draft_cost_s * 1e3:.2f} ms per drafted token: best draft length {k} promises "
+            f"{gain:.2f}x a plain step, so {'drafting' if paid else 'plain decoding'}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -209,23 +219,9 @@ class DraftPolicy:
         self._window.add(foreseen)
 
     def acceptance(self, state: DraftState | None = None) -> list[float]:
-        """Per position: the chance it is accepted once the ones before it were.
-
-        A position seldom tried leans on the position before it, not on a flat prior: in a copied
-        run every position is as likely as the first, so drafts grow as far as acceptance holds.
-        """
+        """Per position: the chance it is accepted once the ones before it were (PositionCounts.chances)."""
         state = self.state if state is None else state
-        prior = state.prior()
-        goes_on = self.goes_on()
-        floor = state.floor()
-        counts = self._counts_of(state)
-        out = []
-        for h, t in zip(counts.hits, counts.tries, strict=True):
-            prior = (h + prior * _PRIOR_WEIGHT) / (t + _PRIOR_WEIGHT)
-            out.append(prior)
-            if state.kind is Kind.COPY:
-                prior = max(prior, goes_on) if goes_on >= COPY_GOES_ON else max(goes_on, floor)
-        return out
+        return self._counts_of(state).chances(state, self.goes_on())
 
     def goes_on(self) -> float:
         """This answer's chance that a lookup's draft goes on once a position of it was kept."""
@@ -280,19 +276,8 @@ class DraftPolicy:
         available: a draft already made is this long; a longer k pads it with filler, which gains
         nothing but may keep the width of the passes before (and its captured graph).
         """
-        plain = 1.0 / self._seconds(0)
-        best_k, best_rate = 0, plain
-        tokens, survive = 1.0, 1.0
-        one_width = self._one_width(available)
-        for k, a in enumerate(self.acceptance(), start=1):
-            survive *= a if available is None or k <= available else 0.0
-            tokens += survive
-            if one_width and k < self.max_draft:
-                continue
-            rate = tokens / self._seconds(k)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k, best_rate / plain
+        widths = [self.max_draft] if self._one_width(available) else None
+        return best_length(self.acceptance(), self._seconds, available, widths)
 
     def _probe_pays(self, catch_up_s: Callable[[], float], remaining: int) -> bool:
         gain = self.best_case_gain()
@@ -363,18 +348,6 @@ class DraftPolicy:
         if self.adaptive and self.trial.steps > 0:
             self.trial = Trial(self.trial.steps)
 
-    def _end_trial(self) -> None:
-        trial = self.trial
-        k, gain = self.best()
-        paid = k > 0 and gain >= _MIN_GAIN
-        trial.state = TrialState.PAID if paid else TrialState.FAILED
-        trial.verdict = (
-            f"trial of {trial.drafted_steps} drafted steps kept {trial.accepted} of {trial.drafted} drafted "
-            f"tokens ({trial.accepted / max(trial.drafted_steps, 1):.2f} a step) at "
-            f"{self.draft_cost_s * 1e3:.2f} ms per drafted token: best draft length {k} promises "
-            f"{gain:.2f}x a plain step, so {'drafting' if paid else 'plain decoding'}"
-        )
-
     def observe_position(self, position: int, hit: bool, state: DraftState, last: bool = False) -> None:
         """One shadow observation of draft position `position` (0-based) given the ones before it matched.
 
@@ -415,7 +388,7 @@ class DraftPolicy:
         if self.trial.running and drafted > 0:
             self.trial.record(drafted, accepted, verify_s)
             if self.trial.drafted_steps >= self.trial.steps:
-                self._end_trial()
+                self.trial.conclude(*self.best(), self.draft_cost_s)
         self._passes.record(width, self.state.kind, self._stretches)
         # The first passes after a change of width carry its switch penalty, not the steady cost.
         if self.costs.switch is None or self._passes.run >= 3:
