@@ -325,9 +325,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_devices(args: argparse.Namespace) -> int:
     from app.catalog import fit, gguf
     from app.catalog.packaged import ModelPackageMissing, resolve_model
-    from app.devices import placement, probe, report
+    from app.devices import child, placement, report
 
-    found = probe.discover(rpc_servers=_settings(args).engine.rpc)
+    found = child.discover(rpc_servers=_settings(args).engine.rpc)
     out = {**found.to_json(), "build": found.llama_build(), "fixes": report.gpu_fixes(found)}
     try:
         need = fit.PairNeed(fit.read_shape(resolve_model(args.target)))

@@ -140,9 +140,9 @@ def describe(header: gguf.GGUFHeader) -> dict:
 
 def _fit_for_machine(pairs: list[curated.Pair], n_ctx: int) -> dict[str, dict]:
     from app.catalog import fit
-    from app.devices import placement, probe
+    from app.devices import child, placement
 
-    found = probe.discover().devices()
+    found = child.discover().devices()
     out = {}
     for p in pairs:
         need = p.need()
@@ -455,7 +455,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         return COMMANDS[args.models_command](args)
     except (
-        download.HubError, keystore.KeystoreError, remote.RemoteError, gguf.GGUFError, curated.CatalogError
+        download.HubError,
+        keystore.KeystoreError,
+        remote.RemoteError,
+        gguf.GGUFError,
+        curated.CatalogError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

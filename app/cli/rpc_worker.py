@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.addresses import RPC_PORT, Endpoint, is_loopback
 from app.catalog.fit import GIB
 from app.devices import rpc
 from app.processes import port_holder
@@ -42,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto", help="what to serve (auto: "
                    "the GPUs llama.cpp sees here, else the CPU)")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (not loopback: --allow-network)")
-    p.add_argument("--port", type=int, default=rpc.DEFAULT_PORT, help="TCP port (0: a free one)")
+    p.add_argument("--port", type=int, default=RPC_PORT, help="TCP port (0: a free one)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for a CPU device (0: all cores)")
     p.add_argument(
         "--allow-network",
@@ -73,7 +74,7 @@ def rpc_server_binary() -> Path:
 
 def _refuse_network(host: str, allow: bool) -> str:
     """'' for loopback; the exposure warning for an allowed network address; WorkerError otherwise."""
-    if rpc.is_loopback(host):
+    if is_loopback(host):
         return ""
     where = f"{host} (every address of this machine)" if host in ("0.0.0.0", "::") else host
     exposure = EXPOSURE.format(where=where)
@@ -90,7 +91,7 @@ def _devices(device: str) -> list[tuple[str, str]]:
     the llama.cpp probe in a child; a software GPU (Mesa's lavapipe) is not served as one."""
     if device == "cpu":
         return [("CPU", "this machine's processor")]
-    from app.devices.probe import run_probe_in_child
+    from app.devices.child import run_probe_in_child
 
     found = run_probe_in_child("llama.cpp")
     gpus = [
@@ -141,7 +142,7 @@ def start(
         preexec_fn=_end_with_parent if linux else None,
         restore_signals=False,
     )
-    endpoint = rpc.Endpoint(host if host not in ("0.0.0.0", "::") else "127.0.0.1", port)
+    endpoint = Endpoint(host if host not in ("0.0.0.0", "::") else "127.0.0.1", port)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         if proc.poll() is not None:
@@ -180,12 +181,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if warning:
         print(warning, file=sys.stderr)
-    address = str(rpc.Endpoint(args.host, port))
+    address = str(Endpoint(args.host, port))
     for (name, description), memory in zip(devices, answer.devices, strict=False):
         free, total = memory["free_bytes"] / GIB, memory["total_bytes"] / GIB
         print(f"serving {name} ({description}): {free:.1f} of {total:.1f} GiB free")
     print(f"RPC protocol {answer.version}; engines connect with: python -m app serve --rpc {address}")
-    if rpc.is_loopback(args.host):
+    if is_loopback(args.host):
         print(
             f"from another machine, through an SSH tunnel: ssh -N -L {port}:127.0.0.1:{port} USER@THIS-HOST"
         )

@@ -12,7 +12,6 @@ only agreement is replayed, and the policy sees nothing but the acceptance it ob
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import statistics
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.catalog.digests import sha256_file
 from app.cli.bench import prompt_tokens, run_once
 from app.engine.drafting.drafters import Drafter, common_prefix
 from app.engine.drafting.step import Speculation
@@ -31,14 +31,6 @@ from app.engine.stats import SpecStats
 MAX_AGREEMENT = 16
 VERSION = 1
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "bench" / "traces" / "qwen2.5-coder-1.5b+0.5b.json"
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def greedy_answer(engine: Engine, tokens: list[int], n_tokens: int) -> list[int]:
@@ -97,7 +89,7 @@ def record(engine: Engine, prompts: Sequence[dict[str, Any]], n_tokens: int, out
     if engine.draft_model is None or verdict is None or not verdict.compatible:
         raise SystemExit("--trace record needs a drafter model with the target's vocabulary (--draft D)")
     models = {
-        role: {"name": m.facts.name, "file": Path(m.facts.path).name, "sha256": file_sha256(m.facts.path)}
+        role: {"name": m.facts.name, "file": Path(m.facts.path).name, "sha256": sha256_file(m.facts.path)}
         for role, m in (("target", engine.target), ("drafter", engine.draft_model))
     }
     entries: list[dict[str, Any]] = []

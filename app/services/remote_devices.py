@@ -8,8 +8,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.addresses import parse_endpoints
 from app.config import ConfigError, load_settings, save_settings
-from app.devices.rpc import HANDSHAKE_TIMEOUT_S, parse_endpoints
+from app.devices.rpc import HANDSHAKE_TIMEOUT_S
 from app.services.engine import AppCommand
 
 CHECK_TIMEOUT_MS = 60_000 + int(HANDSHAKE_TIMEOUT_S * 1000) * 8  # every probe, and workers that time out

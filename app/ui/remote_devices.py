@@ -19,15 +19,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.devices.rpc import DEFAULT_PORT, parse_endpoint
+from app.addresses import RPC_PORT, parse_endpoint
 from app.services.remote_devices import WorkerCheck, save_servers, saved_servers
 
 COLUMNS = ("Worker", "State", "Memory free", "Round trip")
 WARNING = (
     "⚠ The link to a worker is neither encrypted nor authenticated: anyone who reaches its port can use "
     "that machine and read the model. Keep each worker on 127.0.0.1 and reach it through an SSH tunnel:"
-    f"<br><code>ssh -N -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} you@gpu-box</code> on this machine, "
-    f"<code>python -m app rpc-worker</code> on the other, then add <code>127.0.0.1:{DEFAULT_PORT}</code> "
+    f"<br><code>ssh -N -L {RPC_PORT}:127.0.0.1:{RPC_PORT} you@gpu-box</code> on this machine, "
+    f"<code>python -m app rpc-worker</code> on the other, then add <code>127.0.0.1:{RPC_PORT}</code> "
     "here (docs/REMOTE.md)."
 )
 _STATES = {
@@ -66,7 +66,7 @@ class RemoteDevices(QGroupBox):
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.address = QLineEdit(placeholderText=f"host:port, e.g. 127.0.0.1:{DEFAULT_PORT}")
+        self.address = QLineEdit(placeholderText=f"host:port, e.g. 127.0.0.1:{RPC_PORT}")
         self.address.returnPressed.connect(self.add)
         self.add_button = QPushButton("Add", clicked=self.add)
         self.remove_button = QPushButton("Remove", clicked=self.remove)

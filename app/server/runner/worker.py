@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from app.engine.engine import Engine, Prompt
+from app.engine.engine import Engine
 from app.engine.errors import ContextLengthExceeded, EngineError
 from app.engine.generation import GenerationRequest
 from app.engine.grammar import vocab_pointer
+from app.engine.prompts import Prompt
 from app.engine.stats import SpecStats
 from app.server.metrics import Metrics
 from app.server.runner.base import (
