@@ -8,7 +8,7 @@
 
 // float -> IEEE half, round to nearest, ties to even (what numpy's astype(float16) and F16C's vcvtps2ph do).
 // NaN stays a (quiet) NaN, overflow gives inf, values under half the smallest subnormal give a signed zero.
-// tests/test_native_ops.py holds a NumPy port of these lines that is checked against numpy on the CPU.
+// tests/engine/kernels/test_attention.py holds a NumPy port of these lines, checked against numpy on the CPU.
 __device__ __forceinline__ u16 fs_float_to_half_rn(float f) {
     const u32 x = __float_as_uint(f);
     const u32 sign = (x >> 16) & 0x8000u;

@@ -3,7 +3,7 @@
 // its FMAs, not by reading the weights, so reading them once per 8 rows costs little and halves the
 // registers and the compile time of a 16-row kernel); and the embedding lookup get_rows.
 //
-// Launch (qmatmul.py): grid = ceil(out / FS_GEMV_ROWS), block = FS_GEMV_THREADS, dynamic shared memory
+// Launch (gemv.py): grid = ceil(out / FS_GEMV_ROWS), block = FS_GEMV_THREADS, dynamic shared memory
 // = B * xt * 4 bytes, where xt (elements of x staged at a time) is a multiple of FS_GEMV_STEP.
 //
 // Each warp owns FS_GEMV_RPW (4) output rows; a "step" is FS_WARP pieces of 16 weights (512 elements on

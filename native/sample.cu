@@ -140,7 +140,7 @@ __device__ __forceinline__ void fs_topk_select(const float* __restrict__ vals, c
 }
 
 // logits: [n, vocab]; part_val, part_idx: [n, gridDim.x, k], slice b of a row = [b * FS_TOPK_SLICE, + slice).
-// grid (ceil(vocab / FS_TOPK_SLICE), n), block (FS_ARGMAX_THREADS); the host bounds k (ops.TOPK_MAX).
+// grid (ceil(vocab / FS_TOPK_SLICE), n), block (FS_ARGMAX_THREADS); the host bounds k (sample.TOPK_MAX).
 extern "C" __global__ void __launch_bounds__(FS_ARGMAX_THREADS)
     topk_partial_f32(const float* __restrict__ logits, float* __restrict__ part_val, i32* __restrict__ part_idx,
                      i32 vocab, i32 k) {

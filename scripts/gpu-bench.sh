@@ -73,7 +73,9 @@ r['draft_lengths']) for r in map(json.loads, open(sys.argv[1])) if 'prompt' in r
   native)
     export FORESIGHT_TEST_GEMMA=$G FORESIGHT_TEST_QWEN=$Q
     python3 -c "import llama_cpp, sys, pytest; sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', \
-      '-q', '-s', '-rs', 'tests/engine/kernels/test_native_quant.py', 'tests/engine/kernels/test_native_ops.py', 'tests/engine/test_native_backend.py']))" \
+      '-q', '-s', '-rs', 'tests/engine/kernels/test_gemv.py', 'tests/engine/kernels/test_norm.py', \
+      'tests/engine/kernels/test_rope.py', 'tests/engine/kernels/test_qkv.py', 'tests/engine/kernels/test_attention.py', \
+      'tests/engine/kernels/test_activation.py', 'tests/engine/kernels/test_sample.py', 'tests/engine/test_native_backend.py']))" \
       > "$OUT/pytest-native.txt" 2>&1
     tail -n 30 "$OUT/pytest-native.txt"
     R=/root/gpu/random; mkdir -p "$R"; [ -f /root/gpu/vocab.gguf ] || cp .gpu/vocab.gguf /root/gpu/

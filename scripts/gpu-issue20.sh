@@ -66,8 +66,9 @@ EOF
 }
 
 kernels() {
-  pyt tests/engine/kernels/test_native_ops.py tests/engine/kernels/test_native_quant.py \
-    tests/engine/kernels/test_native_sampling.py > "$OUT/pytest-kernels.txt" 2>&1
+  pyt tests/engine/kernels/test_gemv.py tests/engine/kernels/test_norm.py tests/engine/kernels/test_rope.py \
+    tests/engine/kernels/test_qkv.py tests/engine/kernels/test_attention.py tests/engine/kernels/test_activation.py \
+    tests/engine/kernels/test_sample.py > "$OUT/pytest-kernels.txt" 2>&1
   tail -n 4 "$OUT/pytest-kernels.txt"
 }
 

@@ -90,8 +90,9 @@ EOF
 }
 
 kernels() {
-  pyt -m gpu tests/engine/kernels/test_mmvq.py tests/engine/kernels/test_native_quant.py \
-    tests/engine/kernels/test_native_ops.py tests/engine/kernels/test_native_sampling.py \
+  pyt -m gpu tests/engine/kernels/test_mmvq.py tests/engine/kernels/test_gemv.py tests/engine/kernels/test_norm.py \
+    tests/engine/kernels/test_rope.py tests/engine/kernels/test_qkv.py tests/engine/kernels/test_attention.py \
+    tests/engine/kernels/test_activation.py tests/engine/kernels/test_sample.py \
     > "$OUT/pytest-kernels.txt" 2>&1
   grep -E "^(FAILED|ERROR)" "$OUT/pytest-kernels.txt" | head -n 20; tail -n 2 "$OUT/pytest-kernels.txt"
 }

@@ -92,8 +92,9 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', *
 
 tests() {
   export FORESIGHT_TEST_GEMMA=$GEMMA FORESIGHT_TEST_QWEN=$QWEN
-  pyt tests/engine/kernels/test_native_ops.py tests/engine/kernels/test_native_quant.py \
-    tests/engine/kernels/test_native_sampling.py > "$OUT/pytest-kernels.txt" 2>&1
+  pyt tests/engine/kernels/test_gemv.py tests/engine/kernels/test_norm.py tests/engine/kernels/test_rope.py \
+    tests/engine/kernels/test_qkv.py tests/engine/kernels/test_attention.py tests/engine/kernels/test_activation.py \
+    tests/engine/kernels/test_sample.py > "$OUT/pytest-kernels.txt" 2>&1
   tail -n 3 "$OUT/pytest-kernels.txt"
   pyt -m gpu tests/engine/test_native_backend.py tests/engine/test_backend_choice.py tests/engine/test_gpu.py \
     tests/cli/test_backend_bench.py > "$OUT/pytest-native.txt" 2>&1

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cli.backend_bench import bound
-from app.engine.kernels import mmvq, qmatmul, runtime
+from app.engine.kernels import gemv, mmvq, quant, runtime
 
 SHAPES = {  # (out, in) of each matrix; the types a Q4_K_M file gives it
     "qwen2.5-7b": [
@@ -49,7 +49,7 @@ SHAPES = {  # (out, in) of each matrix; the types a Q4_K_M file gives it
         ("output", 262144, 640, ("q8_0",)),
     ],
 }
-KERNEL_TYPES = {t.kernel: ggml_type for ggml_type, t in qmatmul.TYPES.items()}
+KERNEL_TYPES = {t.kernel: ggml_type for ggml_type, t in quant.TYPES.items()}
 KERNEL_SETS = ("reference", "fast")
 
 
@@ -96,7 +96,7 @@ def _types_for(spec: str, file_types: tuple[str, ...], n_in: int) -> list[str]:
     for name in names:
         if name not in KERNEL_TYPES:
             raise SystemExit(f"unknown type {name!r}; known: {', '.join(KERNEL_TYPES)}")
-        if n_in % max(qmatmul.TYPES[KERNEL_TYPES[name]].block, qmatmul.PIECE) == 0:
+        if n_in % max(quant.TYPES[KERNEL_TYPES[name]].block, quant.PIECE) == 0:
             out.append(name)
     return out
 
@@ -108,17 +108,17 @@ SCALE_OFFSETS = {2: (0,), 6: (0,), 8: (0,), 12: (0, 2), 13: (0, 2), 14: (208,)}
 def _weights(cupy, ggml_type: int, shape: tuple[int, int], cold_bytes: float, fast: bool) -> list:
     """Copies of a random weight, enough to overflow the L2 cache (the timing does not depend on values;
     the scales are kept small and finite all the same)."""
-    t = qmatmul.TYPES[ggml_type]
+    t = quant.TYPES[ggml_type]
     nbytes = shape[0] * (shape[1] // t.block) * t.type_size
     copies = max(1, min(64, int(cold_bytes * 2**20 // nbytes) + 1))
     weights = []
     for _ in range(copies):
-        data = cupy.random.randint(0, 256, size=nbytes + qmatmul.PAD_BYTES, dtype=cupy.uint8)
+        data = cupy.random.randint(0, 256, size=nbytes + quant.PAD_BYTES, dtype=cupy.uint8)
         blocks = data[:nbytes].reshape(-1, t.type_size)
         for off in SCALE_OFFSETS.get(ggml_type, ()):  # small finite scales: exponent 8 of 31
             blocks[:, off + 1] = (blocks[:, off + 1] & 0x83) | 0x20
         if not fast:
-            weights.append(qmatmul.DeviceWeight.from_device(data, ggml_type, shape, name="bench"))
+            weights.append(gemv.DeviceWeight.from_device(data, ggml_type, shape, name="bench"))
             continue
         packed = cupy.asarray(mmvq.pack_planes(cupy.asnumpy(data[:nbytes]), ggml_type, shape))
         del data, blocks
@@ -177,7 +177,7 @@ def time_matmul(cupy, weights, b: int, calls: int, repeats: int, variant: tuple 
         finally:
             for w in weights:
                 w.warps = table
-    return _graph_us(cupy, lambda i: qmatmul.matmul(x, weights[i % len(weights)], out), calls, repeats)
+    return _graph_us(cupy, lambda i: gemv.matmul(x, weights[i % len(weights)], out), calls, repeats)
 
 
 def time_quantize(cupy, b: int, n_in: int, calls: int, repeats: int) -> float:
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                             table_r = mmvq.instance(min(b, mmvq.MAX_BATCH), n_out)[1] if fast else None
                             report({
                                 "model": model, "matrix": label, "out": n_out, "in": n_in,
-                                "type": qmatmul.TYPES[ggml_type].name, "kernels": kernels, "b": b,
+                                "type": quant.TYPES[ggml_type].name, "kernels": kernels, "b": b,
                                 "rows_per_group": variant[0] or table_r,
                                 "warps": variant[1] or getattr(weights[0], "warps", None),
                                 "table": variant == (None, None),

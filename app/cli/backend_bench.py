@@ -21,7 +21,7 @@ import numpy as np
 
 from app.config import EngineSettings
 from app.devices.bandwidth import Bandwidth, device_bandwidth
-from app.engine.backends.native import read_model_header
+from app.engine.backends.base import read_model_header
 
 PROMPT = (
     b"Write a Python function that returns the n-th Fibonacci number iteratively, "

@@ -157,6 +157,22 @@ def test_a_verify_pass_equals_steps_one_by_one(native_gemma) -> None:
 
 @pytest.mark.gpu
 @gpu
+def test_the_protocol_of_one_sequence(native_gemma) -> None:
+    """One KV sequence, no RPC devices, no prefix kept for reproducible requests, the tokenizer's vocabulary
+    for grammars; `feed` leaves the cache as a decode of the same tokens does."""
+    assert (native_gemma.n_seq, native_gemma.devices_key, native_gemma.aligned_prefix()) == (1, "", 0)
+    assert native_gemma.llama_vocab is not None
+    tokens = native_gemma.tokenize(PROMPT, True, True)[:8]  # one pass, below the tensor-core width
+    native_gemma.rollback(0)
+    native_gemma.feed(tokens[:-1])
+    assert native_gemma.kv_tokens == tokens[:-1]
+    fed = native_gemma.decode_argmax(tokens[-1:], 0)
+    native_gemma.rollback(0)
+    assert native_gemma.decode_argmax(tokens, len(tokens) - 1) == fed
+
+
+@pytest.mark.gpu
+@gpu
 def test_native_greedy_equals_llama_cpp_for_256_tokens(native_gemma, gemma_path: Path) -> None:
     from app.engine.backends.llama import LlamaBackend, gpu_offload_supported
 

@@ -2,7 +2,7 @@
 
 Projections of one input (q, k, v; gate, up) whose weights share a type are stacked into one matrix, read by
 one GEMV launch. With gemv="fast" a matrix of a type kernels.mmvq reads is packed for it (mmvq.PackedWeight),
-any other stays GGUF blocks for gemv.cu (qmatmul.DeviceWeight); the token embedding always does (get_rows
+any other stays GGUF blocks for gemv.cu (gemv.DeviceWeight); the token embedding always does (get_rows
 reads it), and a tied output head is then packed once more beside it.
 """
 
@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 
 from app.catalog.gguf import GGUFHeader
-from app.engine.kernels import mmvq, qmatmul
-from app.engine.kernels.reference import ModelConfig
+from app.engine.kernels import gemv, mmvq
+from app.engine.kernels.hparams import ModelConfig
 from app.engine.kernels.weights import ModelWeights
 
 ATTN_IN = ("attn_q", "attn_k", "attn_v")
 FFN_IN = ("ffn_gate", "ffn_up")
-Matrix = qmatmul.DeviceWeight | mmvq.PackedWeight  # a GEMV weight: GGUF blocks (gemv.cu), packed (mmvq.cu)
+Matrix = gemv.DeviceWeight | mmvq.PackedWeight  # a GEMV weight: GGUF blocks (gemv.cu), packed (mmvq.cu)
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,12 @@ class DeviceWeights:
     """Every tensor of the model uploaded: `matrices` by name (fused ones by their joined names), `vectors`
     (norms, biases), per layer its (attention input, FFN input) projections, the `output` head, `nbytes`."""
 
-    def __init__(self, tensors: ModelWeights, header: GGUFHeader, config: ModelConfig, gemv: str) -> None:
+    def __init__(
+        self, tensors: ModelWeights, header: GGUFHeader, config: ModelConfig, gemv_kind: str
+    ) -> None:
         import cupy
 
-        self.tensors, self.gemv = tensors, gemv
+        self.tensors, self.gemv_kind = tensors, gemv_kind
         c = config
         self.matrices: dict[str, Matrix] = {}
         self.vectors: dict[str, Any] = {}
@@ -51,7 +53,7 @@ class DeviceWeights:
                 continue  # uploaded below, fused where they can be
             raw, ggml_type, shape = tensors.raw(t.name)
             if t.name == "token_embd.weight":  # get_rows reads GGUF blocks
-                self.matrices[t.name] = qmatmul.DeviceWeight(raw, ggml_type, (shape[0], shape[1]), t.name)
+                self.matrices[t.name] = gemv.DeviceWeight(raw, ggml_type, (shape[0], shape[1]), t.name)
             elif len(shape) == 2:
                 self.matrices[t.name] = self._matrix(raw, ggml_type, (shape[0], shape[1]), t.name)
             else:
@@ -61,7 +63,7 @@ class DeviceWeights:
             for il in range(c.n_layer)
         ]
         self.output = self.matrices["token_embd.weight" if c.tied_output else "output.weight"]
-        if c.tied_output and gemv == "fast" and mmvq.supported(self.output.ggml_type):
+        if c.tied_output and gemv_kind == "fast" and mmvq.supported(self.output.ggml_type):
             raw, ggml_type, shape = tensors.raw("token_embd.weight")
             self.output = self.matrices["output"] = mmvq.PackedWeight(raw, ggml_type, shape, "output")
         self.nbytes = sum(w.nbytes for w in self.matrices.values()) + sum(
@@ -70,9 +72,9 @@ class DeviceWeights:
 
     def _matrix(self, raw: Any, ggml_type: int, shape: tuple[int, int], name: str) -> Matrix:
         """A weight that GEMVs read: packed for mmvq.cu with gemv="fast" where its type allows."""
-        if self.gemv == "fast" and mmvq.supported(ggml_type):
+        if self.gemv_kind == "fast" and mmvq.supported(ggml_type):
             return mmvq.PackedWeight(raw, ggml_type, shape, name)
-        return qmatmul.DeviceWeight(raw, ggml_type, shape, name)
+        return gemv.DeviceWeight(raw, ggml_type, shape, name)
 
     def _projections(self, il: int, roles: tuple[str, ...], types: dict[str, int]) -> list[Projection]:
         """The projections of one input (q, k, v; or gate, up) as few matrices as their weight types allow:

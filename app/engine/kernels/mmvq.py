@@ -1,5 +1,4 @@
-"""The int8-activation GEMVs (native/mmvq.cu, mmvq_tc.cu): weights packed for them, activations quantised
-for them, the table that picks an entry point, and the launches.
+"""Host side of native/mmvq.cu and mmvq_tc.cu: the int8-activation GEMVs, their packed weights and inputs.
 
 `PackedWeight` uploads a tensor as mmvq.cu reads it (Q4_K/Q5_K as stored; Q6_K, Q8_0, Q4_0, Q5_0 as one
 plane per block field, so every wide load is aligned); `QuantizedRows` holds rows of x as int8 codes with
@@ -16,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.kernels.qmatmul import PAD_BYTES, TYPES, check_layout
+from app.engine.kernels.ops import check_device, cupy_module
+from app.engine.kernels.quant import PAD_BYTES, TYPES, check_layout
 from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, launch, warp_size
 
 LANES = KERNEL_CONSTANTS["FS_MMVQ_LANES"]  # lanes that share an output row
@@ -186,7 +186,7 @@ _tensor_cores: dict[int, bool] = {}
 
 def tensor_cores() -> bool:
     """Whether the current GPU runs mmvq_tc.cu's int8 mma: NVIDIA from compute capability 8.0 (Ampere)."""
-    cupy = _cupy()
+    cupy = cupy_module()
     device = int(cupy.cuda.Device().id)
     found = _tensor_cores.get(device)
     if found is None:
@@ -198,20 +198,6 @@ def tensor_cores() -> bool:
 def quantize_grid(n: int, n_in: int) -> tuple[int]:
     """Blocks of fs_quantize_q8 over n rows of n_in: a thread per element."""
     return (-(-n * n_in // QUANT_THREADS),)
-
-
-def _cupy() -> Any:
-    import cupy
-
-    return cupy
-
-
-def _check_device(name: str, array: Any) -> None:
-    cupy = _cupy()
-    if not isinstance(array, cupy.ndarray):
-        raise KernelError(f"{name}: expected a CuPy array, got {type(array).__name__}")
-    if array.data.ptr % 16:
-        raise KernelError(f"{name}: not 16-byte aligned")
 
 
 class PackedWeight:
@@ -228,7 +214,7 @@ class PackedWeight:
             raise KernelError(f"{name}: row length {self.shape[1]} is not a multiple of {CHUNK}")
         self.nbytes = int(np.asarray(raw).size)  # the GGUF bytes: what a pass reads, planes or not
         host = pack_planes(raw, self.ggml_type, self.shape)
-        self.data = _cupy().asarray(host)
+        self.data = cupy_module().asarray(host)
         self.warps = split_warps(*self.shape, warp_size())
         self.tc_split = tc_warps(*self.shape)
 
@@ -277,17 +263,27 @@ class QuantizedRows:
     def __init__(self, rows: int, n_in: int) -> None:
         if n_in % X_BLOCK:
             raise KernelError(f"activations of length {n_in}: not a multiple of {X_BLOCK}")
-        cupy = _cupy()
+        cupy = cupy_module()
         self.rows, self.n_in, self.n = int(rows), int(n_in), 0
         self.xq = cupy.zeros((rows, n_in), dtype=cupy.int8)
         self.xd = cupy.zeros((rows, n_in // X_BLOCK), dtype=cupy.float32)
         self.xs = cupy.zeros((rows, n_in // 16), dtype=cupy.float32)
 
+    def output_args(self, name: str, n: int, d: int) -> tuple[Any, Any, Any]:
+        """The quantised-output arguments of a kernel's _q8 entry point (norm.cu, activation.cu) that
+        writes n rows of width d: these rows, which then hold n."""
+        if self.n_in != d or not 1 <= n <= self.rows:
+            raise KernelError(
+                f"{name}: {n} rows of {d} into quantised rows of {self.n_in} (at most {self.rows})"
+            )
+        self.n = n
+        return (self.xq, self.xd, self.xs)
+
 
 def quantize(x: Any, qx: QuantizedRows) -> None:
     """qx's first x.shape[0] rows = x [n, n_in] quantised (fs_quantize_q8)."""
     check("x", x, (None, qx.n_in), "float32")
-    _check_device("x", x)
+    check_device("x", x)
     n = int(x.shape[0])
     if not 1 <= n <= qx.rows:
         raise KernelError(f"x: {n} rows, the buffer holds 1..{qx.rows}")
@@ -321,11 +317,11 @@ def matmul(
     if n_b == 0:
         raise KernelError("x: no rows quantised")
     check("out", out, (n_b, weight.n_out), "float32")
-    _check_device("out", out)
+    check_device("out", out)
     bias_arg: Any = np.uint64(0)
     if bias is not None:
         check("bias", bias, (weight.n_out,), "float32")
-        _check_device("bias", bias)
+        check_device("bias", bias)
         bias_arg = bias
     tc = tensor_cores_ok and tensor_cores()
     steps = plan(

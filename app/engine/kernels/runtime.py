@@ -1,7 +1,7 @@
 """Our CUDA/HIP kernels from native/: compiled at first use by CuPy (NVRTC / hipRTC), cached, checked.
 
 Compiler flags and the kernels' shared constants live here and nowhere else: the runtime compile (CuPy)
-and the offline checks with nvcc and hipcc (tests/engine/kernels/test_native_compile.py) all take them
+and the offline checks with nvcc and hipcc (tests/engine/kernels/test_runtime.py) all take them
 from `compile_options`, `nvcc_command` and `hipcc_command`.
 """
 
@@ -30,7 +30,7 @@ HIPRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 
 # The constants the kernels and their launches share. Python is their one source: every compile passes
 # them as -D defines (`kernel_defines`), each source that uses one stops with #error where it is missing,
-# and the launch wrappers (ops.py, qmatmul.py) read them from this table.
+# and each family's host module (norm.py, attention.py, gemv.py, ...) reads them from this table.
 KERNEL_CONSTANTS: dict[str, int] = {
     # GEMV (gemv.cu): threads of a block (4 warps of 32 or 2 of 64), output rows per warp, staging buffers
     # per warp, most rows of x per launch (its entry points are b1 .. b8); threads of a get_rows block.

@@ -10,7 +10,7 @@ The bound. x^ = dx * xq, with dx = amax/127 of each 32 elements of a row of x: |
 element (rint's half, plus float rounding of x * (127/amax) and of dx). The kernel computes W . x^ with
 exact integer dots, so per output
   |y - W x|  <=  sum_i |w_i| 0.5001 dx(i)  +  1e-5 |W_o| |x_b|
-(the second term: float32 scaling and sums, as test_native_quant.py allows the float kernels), and
+(the second term: float32 scaling and sums, as test_gemv.py allows the float kernels), and
 |y - W x^| <= 1e-5 |W_o| |x^_b|. Exact: a row of y is the same for any rows of x and any rows per lane
 group, bit for bit; the quantiser is bit for bit its port.
 """
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.engine.kernels import mmvq, qmatmul, runtime
+from app.engine.kernels import activation, mmvq, norm, quant, runtime
 from app.engine.kernels.reference import ReferenceModel
-from tests.engine.kernels.test_native_quant import dequantize, gemma_tensors, random_weight, reference_matmul
+from tests.engine.kernels.test_gemv import dequantize, gemma_tensors, random_weight, reference_matmul
 from tests.support import mmvq_port as port
 from tests.support.gpu_marks import HAVE_GPU, cupy, gpu_test
 from tests.support.kernels_on_cpu import CXX, KernelsOnCpu
@@ -38,7 +38,7 @@ X_STEP = 0.5001  # |x - x^| <= X_STEP * dx
 
 
 def _name(ggml_type: int) -> str:
-    return qmatmul.TYPES[ggml_type].name
+    return quant.TYPES[ggml_type].name
 
 
 def assert_within_the_bound(y: np.ndarray, w: np.ndarray, x: np.ndarray, xd: np.ndarray) -> None:
@@ -108,9 +108,9 @@ def test_packed_planes_are_the_blocks_fields(ggml_type: int) -> None:
     shape = (7, 512)
     raw = random_weight(ggml_type, shape, seed=ggml_type)
     packed = mmvq.pack_planes(raw, ggml_type, shape)
-    t = qmatmul.TYPES[ggml_type]
+    t = quant.TYPES[ggml_type]
     blocks = raw.reshape(-1, t.type_size)
-    assert packed.size == mmvq.packed_size(ggml_type, *shape) + qmatmul.PAD_BYTES
+    assert packed.size == mmvq.packed_size(ggml_type, *shape) + quant.PAD_BYTES
     assert not packed[mmvq.packed_size(ggml_type, *shape) :].any()
     fields = mmvq.PLANES[ggml_type]
     if fields is None:  # read as stored
@@ -129,7 +129,7 @@ def test_packed_planes_are_the_blocks_fields(ggml_type: int) -> None:
 
 def test_packing_refuses_types_without_a_kernel() -> None:
     raw = np.zeros((2, 512 * 2), dtype=np.uint8)
-    with pytest.raises(qmatmul.KernelError, match="F16 has no int8-activation kernel"):
+    with pytest.raises(runtime.KernelError, match="F16 has no int8-activation kernel"):
         mmvq.pack_planes(raw, 1, (2, 512))
 
 
@@ -249,7 +249,7 @@ def test_the_table_names_the_entry_points_of_the_source() -> None:
     assert _entry_points() == set(mmvq.INSTANCES)
     source = (runtime.NATIVE_DIR / "mmvq.cu").read_text()
     kernels = set(re.findall(r"^FS_MMVQ_TYPE\((\w+), FS_T_\w+\)", source, flags=re.M))
-    assert kernels == {qmatmul.TYPES[t].kernel for t in mmvq.PLANES}
+    assert kernels == {quant.TYPES[t].kernel for t in mmvq.PLANES}
 
 
 @pytest.mark.parametrize("n_out", [512, 3584, 37888, 152064])
@@ -259,7 +259,7 @@ def test_every_width_of_a_pass_has_an_entry_point(n_out: int) -> None:
         assert b >= n_b
         assert (b, r) in mmvq.INSTANCES
         assert mmvq.kernel_name(Q4_K, b, r) == f"fs_mmvq_q4_k_b{b}_r{r}"
-    with pytest.raises(qmatmul.KernelError):
+    with pytest.raises(runtime.KernelError):
         mmvq.instance(mmvq.MAX_BATCH + 1, n_out)
 
 
@@ -301,7 +301,7 @@ def on_cpu() -> KernelsOnCpu:
 
 
 def _tc_name(ggml_type: int, tiles: int) -> str:
-    return f"fs_mmvq_tc_{qmatmul.TYPES[ggml_type].kernel}_n{tiles}"
+    return f"fs_mmvq_tc_{quant.TYPES[ggml_type].kernel}_n{tiles}"
 
 
 def _quantise_on_cpu(on_cpu: KernelsOnCpu, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -503,7 +503,7 @@ def test_the_portable_mma_is_the_products_of_its_fragments(on_cpu: KernelsOnCpu)
 
 def _norm_on_cpu(on_cpu: KernelsOnCpu, kernel: str, arrays: list[np.ndarray], d: int, q8: tuple = ()) -> None:
     n = arrays[0].shape[0]
-    threads = 64 if d <= 512 else 256 if d <= 4096 else 512  # ops._norm_threads
+    threads = norm.norm_threads(d)
     on_cpu.launch(kernel, (n,), (threads,), (*arrays, np.int32(d), np.float32(1e-6), *q8))
 
 
@@ -567,7 +567,7 @@ def _cases() -> list[Any]:
         pytest.param(t, s, id=f"{_name(t)}-{s[0]}x{s[1]}")
         for t in TYPES
         for s in GPU_SHAPES
-        if s[1] % qmatmul.TYPES[t].block == 0
+        if s[1] % quant.TYPES[t].block == 0
     ]
 
 
@@ -669,7 +669,7 @@ def test_tc_kernel_matches_reference_for_the_verify_widths(
 def test_mmvq_is_the_simulated_kernel(ggml_type: int, shape: tuple[int, int]) -> None:
     """The device code computes what its port computes: bit for bit, but for the port's rare double
     rounding (its fmaf sums in float64, then rounds to float32)."""
-    if shape[1] % qmatmul.TYPES[ggml_type].block:
+    if shape[1] % quant.TYPES[ggml_type].block:
         pytest.skip("row length not a multiple of the block")
     weight, w, raw = _device_case(ggml_type, shape)
     x = np.random.default_rng(7).standard_normal((3, shape[1]), dtype=np.float32)
@@ -739,17 +739,17 @@ def test_mmvq_on_real_gemma_tensors(gemma_path: Path) -> None:
 def test_mmvq_checks_its_arguments() -> None:
     weight, _, _ = _device_case(Q8_0, (7, 512))
     qx = _quantised(np.zeros((2, 512), dtype=np.float32))
-    with pytest.raises(qmatmul.KernelError, match="out: shape"):
+    with pytest.raises(runtime.KernelError, match="out: shape"):
         mmvq.matmul(qx, weight, cupy.zeros((3, 7), dtype=cupy.float32))
-    with pytest.raises(qmatmul.KernelError, match="the weight takes 512"):
+    with pytest.raises(runtime.KernelError, match="the weight takes 512"):
         mmvq.matmul(
             _quantised(np.zeros((2, 256), dtype=np.float32)), weight, cupy.zeros((2, 7), cupy.float32)
         )
-    with pytest.raises(qmatmul.KernelError, match="bias: shape"):
+    with pytest.raises(runtime.KernelError, match="bias: shape"):
         mmvq.matmul(qx, weight, cupy.zeros((2, 7), cupy.float32), bias=cupy.zeros(8, dtype=cupy.float32))
-    with pytest.raises(qmatmul.KernelError, match="the buffer holds"):
+    with pytest.raises(runtime.KernelError, match="the buffer holds"):
         mmvq.quantize(cupy.zeros((3, 512), dtype=cupy.float32), qx)
-    with pytest.raises(qmatmul.KernelError, match="has no int8-activation kernel"):
+    with pytest.raises(runtime.KernelError, match="has no int8-activation kernel"):
         mmvq.PackedWeight(np.zeros((2, 1024), np.uint8), 1, (2, 512))
 
 
@@ -789,42 +789,38 @@ def _assert_quantised_as_the_port(qx: mmvq.QuantizedRows, out: np.ndarray) -> No
 def test_norms_quantise_what_they_write(d: int) -> None:
     """The _q8 norms write the plain kernels' output, bit for bit, and that output quantised as the port
     quantises it (the launch before the projections that fs_quantize_q8 would otherwise be)."""
-    from app.engine.kernels import ops
-
     rng = np.random.default_rng(9)
     n = 5
     x = cupy.asarray(rng.standard_normal((n, d), dtype=np.float32))
     w = cupy.asarray(rng.standard_normal(d, dtype=np.float32))
     qx = mmvq.QuantizedRows(17, d)
     plain, fused = cupy.zeros_like(x), cupy.zeros_like(x)
-    ops.rms_norm(x, w, plain, 1e-6)
-    ops.rms_norm(x, w, fused, 1e-6, q8=qx)
+    norm.rms_norm(x, w, plain, 1e-6)
+    norm.rms_norm(x, w, fused, 1e-6, q8=qx)
     np.testing.assert_array_equal(cupy.asnumpy(fused), cupy.asnumpy(plain))
     _assert_quantised_as_the_port(qx, cupy.asnumpy(fused))
     residual = cupy.asarray(rng.standard_normal((n, d), dtype=np.float32))
     w2 = cupy.asarray(rng.standard_normal(d, dtype=np.float32))
     res_plain, res_fused = residual.copy(), residual.copy()
-    ops.rms_norm_add_rms_norm(x, w, res_plain, w2, plain, 1e-6)
-    ops.rms_norm_add_rms_norm(x, w, res_fused, w2, fused, 1e-6, q8=qx)
+    norm.rms_norm_add_rms_norm(x, w, res_plain, w2, plain, 1e-6)
+    norm.rms_norm_add_rms_norm(x, w, res_fused, w2, fused, 1e-6, q8=qx)
     np.testing.assert_array_equal(cupy.asnumpy(res_fused), cupy.asnumpy(res_plain))
     np.testing.assert_array_equal(cupy.asnumpy(fused), cupy.asnumpy(plain))
     _assert_quantised_as_the_port(qx, cupy.asnumpy(fused))
-    with pytest.raises(qmatmul.KernelError, match="quantised rows of"):
-        ops.rms_norm(x, w, fused, 1e-6, q8=mmvq.QuantizedRows(17, d + 32))
+    with pytest.raises(runtime.KernelError, match="quantised rows of"):
+        norm.rms_norm(x, w, fused, 1e-6, q8=mmvq.QuantizedRows(17, d + 32))
 
 
 @gpu_test
 @pytest.mark.parametrize("kernel", ["silu_gate", "gelu_tanh_gate"])
 def test_gated_activations_quantise_what_they_write(kernel: str) -> None:
-    from app.engine.kernels import ops
-
     rng = np.random.default_rng(10)
     n, ff = 3, 4864
     gate_up = cupy.asarray(rng.standard_normal((n, 2 * ff), dtype=np.float32))
     gate, up = gate_up[:, :ff], gate_up[:, ff:]  # the halves of a fused gate/up projection
     qx = mmvq.QuantizedRows(17, ff)
     plain, fused = cupy.zeros((n, ff), cupy.float32), cupy.zeros((n, ff), cupy.float32)
-    getattr(ops, kernel)(gate, up, plain)
-    getattr(ops, kernel)(gate, up, fused, q8=qx)
+    getattr(activation, kernel)(gate, up, plain)
+    getattr(activation, kernel)(gate, up, fused, q8=qx)
     np.testing.assert_array_equal(cupy.asnumpy(fused), cupy.asnumpy(plain))
     _assert_quantised_as_the_port(qx, cupy.asnumpy(fused))

@@ -1,45 +1,23 @@
-"""Weights on the device as raw GGUF blocks, and the GEMV / embedding lookup that read them (native/gemv.cu).
+"""Host side of native/gemv.cu: weights as raw GGUF blocks, the float GEMV and the embedding lookup.
 
-`DeviceWeight` uploads a tensor's bytes once; `matmul` and `get_rows` check shapes and dtypes and launch on
-the current stream without allocating, so they can be captured in a CUDA graph. CuPy is imported only
-where a weight is uploaded, so this module imports without it.
+`DeviceWeight` uploads a tensor's bytes once (the layouts: kernels.quant); `matmul` and `get_rows` check
+shapes and dtypes and launch on the current stream without allocating, so they can be captured in a CUDA
+graph. CuPy is imported only where a weight is uploaded, so this module imports without it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from app.engine.kernels.ops import check_device, cupy_module
+from app.engine.kernels.quant import PAD_BYTES, PIECE, check_layout
 from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError, check, launch, warp_size
-
-
-@dataclass(frozen=True)
-class QuantType:
-    name: str
-    kernel: str  # suffix of the kernel names in native/gemv.cu
-    block: int  # weights per GGUF block
-    type_size: int  # bytes per GGUF block
-
-
-# ggml_type id -> layout (ggml-common.h); the types native/quant.cuh decodes.
-TYPES: dict[int, QuantType] = {
-    0: QuantType("F32", "f32", 1, 4),
-    1: QuantType("F16", "f16", 1, 2),
-    2: QuantType("Q4_0", "q4_0", 32, 18),
-    6: QuantType("Q5_0", "q5_0", 32, 22),
-    8: QuantType("Q8_0", "q8_0", 32, 34),
-    12: QuantType("Q4_K", "q4_k", 256, 144),
-    13: QuantType("Q5_K", "q5_k", 256, 176),
-    14: QuantType("Q6_K", "q6_k", 256, 210),
-    30: QuantType("BF16", "bf16", 1, 2),
-}
 
 # Shared with the kernels through runtime.KERNEL_CONSTANTS (their -D defines).
 GEMV_THREADS = KERNEL_CONSTANTS["FS_GEMV_THREADS"]
 GEMV_RPW = KERNEL_CONSTANTS["FS_GEMV_RPW"]  # output rows per warp
-PIECE = KERNEL_CONSTANTS["FS_PIECE"]  # a row is decoded PIECE weights at a time: `in` must be a multiple
 MAX_BATCH = KERNEL_CONSTANTS["FS_GEMV_MAX_BATCH"]  # rows of x per launch; more run as several launches
 GET_ROWS_THREADS = KERNEL_CONSTANTS["FS_GET_ROWS_THREADS"]
 # Shared memory for the staged rows of x: b * xt * 4 bytes, beside the weights' staging buffers (up to
@@ -47,14 +25,6 @@ GET_ROWS_THREADS = KERNEL_CONSTANTS["FS_GET_ROWS_THREADS"]
 # wave64 a tile is at least one step of 1024 elements, up to 32 KiB for 8 rows of x: beside the staging
 # of 2 warps (26 KiB) that fits the 64 KiB of an AMD workgroup.
 X_TILE_BYTES = 16384
-# Slack after the blocks: the kernels read 2-byte-aligned fields as aligned words, up to 2 bytes past a
-# field, and round staged copies to 16 bytes.
-PAD_BYTES = 16
-
-def _cupy() -> Any:
-    import cupy
-
-    return cupy
 
 
 def rows_per_block(warp: int = 32) -> int:
@@ -69,37 +39,6 @@ def x_tile(rows: int, n_in: int, warp: int = 32) -> int:
     return min(tile, -(-n_in // step) * step)
 
 
-def type_name(ggml_type: int) -> str:
-    t = TYPES.get(ggml_type)
-    if t is not None:
-        return t.name
-    try:
-        from gguf import GGMLQuantizationType
-
-        return GGMLQuantizationType(ggml_type).name
-    except (ImportError, ValueError):
-        return f"type {ggml_type}"
-
-
-def check_layout(name: str, ggml_type: int, shape: tuple[int, ...], nbytes: int | None = None) -> QuantType:
-    """The layout of a weight the kernels can read, or KernelError saying why this one cannot be."""
-    t = TYPES.get(ggml_type)
-    if t is None:
-        supported = ", ".join(q.name for q in TYPES.values())
-        raise KernelError(f"{name}: {type_name(ggml_type)} has no native kernel (supported: {supported})")
-    if len(shape) != 2 or min(shape) <= 0:
-        raise KernelError(f"{name}: shape {tuple(shape)}, expected a matrix (out, in)")
-    n_out, n_in = shape
-    if n_in % t.block or n_in % PIECE:
-        raise KernelError(
-            f"{name}: row length {n_in} is not a multiple of {max(t.block, PIECE)} ({t.name} needs it)"
-        )
-    want = n_out * (n_in // t.block) * t.type_size
-    if nbytes is not None and nbytes != want:
-        raise KernelError(f"{name}: {nbytes} bytes, a {t.name} matrix of shape {shape} has {want}")
-    return t
-
-
 class DeviceWeight:
     """A GGUF tensor's blocks in device memory (uint8, padded), with its type and logical shape (out, in)."""
 
@@ -110,7 +49,7 @@ class DeviceWeight:
         self.shape = (int(shape[0]), int(shape[1]))
         self.qtype = check_layout(name, self.ggml_type, self.shape, host.size)
         self.nbytes = int(host.size)
-        cupy = _cupy()
+        cupy = cupy_module()
         alloc = -(-self.nbytes // 16) * 16 + PAD_BYTES
         self.data = cupy.zeros(alloc, dtype=cupy.uint8)
         self.data[: self.nbytes].set(host)
@@ -159,14 +98,6 @@ class DeviceWeight:
         return f"DeviceWeight({self.name!r}, {self.qtype.name}, {self.shape})"
 
 
-def _check_device(name: str, array: Any) -> None:
-    cupy = _cupy()
-    if not isinstance(array, cupy.ndarray):
-        raise KernelError(f"{name}: expected a CuPy array, got {type(array).__name__}")
-    if array.data.ptr % 16:
-        raise KernelError(f"{name}: not 16-byte aligned")
-
-
 def matmul(x: Any, weight: DeviceWeight, out: Any, bias: Any = None, accumulate: bool = False) -> None:
     """out[b, o] = x[b, :] . W[o, :] (+ bias[o]); with `accumulate`, out += that (a fused residual add).
 
@@ -174,16 +105,16 @@ def matmul(x: Any, weight: DeviceWeight, out: Any, bias: Any = None, accumulate:
     b (same operations in the same order), so a verify pass over k + 1 rows matches decoding row by row.
     """
     check("x", x, (None, weight.n_in), "float32")
-    _check_device("x", x)
+    check_device("x", x)
     n_b = int(x.shape[0])
     if n_b == 0:
         raise KernelError("x: no rows")
     check("out", out, (n_b, weight.n_out), "float32")
-    _check_device("out", out)
+    check_device("out", out)
     bias_arg: Any = np.uint64(0)
     if bias is not None:
         check("bias", bias, (weight.n_out,), "float32")
-        _check_device("bias", bias)
+        check_device("bias", bias)
         bias_arg = bias
     warp = warp_size()
     grid = (-(-weight.n_out // rows_per_block(warp)),)
@@ -220,10 +151,10 @@ def get_rows(weight: DeviceWeight, ids: Any, out: Any) -> None:
     ids: int32 [n] on the device; out: float32 [n, in]. An id outside [0, out) gives a row of NaN.
     """
     check("ids", ids, (None,), "int32")
-    _check_device("ids", ids)
+    check_device("ids", ids)
     n = int(ids.shape[0])
     check("out", out, (n, weight.n_in), "float32")
-    _check_device("out", out)
+    check_device("out", out)
     if n == 0:
         return
     launch(

@@ -1,5 +1,5 @@
 # Over 500 lines: every weight type of gemv.cu through its port and on the device, sharing the port.
-"""Quantised GEMV and get_rows (native/gemv.cu via app.engine.kernels.qmatmul) against gguf's dequantisation.
+"""Quantised GEMV and get_rows (native/gemv.cu via app.engine.kernels.gemv) against gguf's dequantisation.
 
 CPU tests (no marker) run a NumPy port of the kernels -- the same byte offsets, aligned-word reads and
 funnel shifts, byte permutes, FMAs, staging windows, lane order and butterfly sum -- over random blocks
@@ -27,7 +27,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from app.catalog.gguf import read_file
-from app.engine.kernels import qmatmul, runtime
+from app.engine.kernels import gemv, quant, runtime
 from tests.support.byte_reads import half, u8, u16, u32, u128
 from tests.support.gpu_marks import cupy, gpu_test
 
@@ -40,7 +40,7 @@ GEMV_PF = runtime.KERNEL_CONSTANTS["FS_GEMV_PF"]  # staging buffers per warp
 
 
 def _name(ggml_type: int) -> str:
-    return qmatmul.TYPES[ggml_type].name
+    return quant.TYPES[ggml_type].name
 
 
 # --- random weights with sane scales ----------------------------------------------------------------------
@@ -52,7 +52,7 @@ def random_weight(ggml_type: int, shape: tuple[int, int], seed: int) -> np.ndarr
     """Random blocks [out, bytes per row]: every quant bit random, f16 scales small and normal."""
     rng = np.random.default_rng(seed)
     n_out, n_in = shape
-    t = qmatmul.TYPES[ggml_type]
+    t = quant.TYPES[ggml_type]
     if ggml_type == F32:
         return rng.standard_normal(shape, dtype=np.float32).view(np.uint8)
     if ggml_type == F16:
@@ -291,7 +291,7 @@ def _u128_pieces(buf: np.ndarray, addr: np.ndarray, count: int) -> list[list[np.
 def padded(raw: np.ndarray) -> np.ndarray:
     """The device allocation of DeviceWeight: the blocks, rounded up to 16 bytes, plus PAD_BYTES of zeros."""
     flat = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
-    out = np.zeros(-(-flat.size // 16) * 16 + qmatmul.PAD_BYTES, dtype=np.uint8)
+    out = np.zeros(-(-flat.size // 16) * 16 + quant.PAD_BYTES, dtype=np.uint8)
     out[: flat.size] = flat
     return out
 
@@ -373,7 +373,7 @@ def gemma_tensors(path: Path) -> dict[int, RealTensor]:
     data = np.memmap(path, dtype=np.uint8, mode="r")
     found: dict[int, RealTensor] = {}
     for t in header.tensors:
-        if len(t.shape) != 2 or t.type_id not in qmatmul.TYPES:
+        if len(t.shape) != 2 or t.type_id not in quant.TYPES:
             continue
         shape = (t.shape[1], t.shape[0])
         start = header.data_offset + t.offset
@@ -422,11 +422,11 @@ def test_stage_geometry_covers_every_alignment() -> None:
 # for wave32 (RDNA) and wave64 (CDNA) alike.
 @pytest.mark.parametrize(("warp", "budget"), [(32, 48 * 1024), (64, 64 * 1024)])
 def test_the_staging_and_the_largest_x_tile_fit_shared_memory(warp: int, budget: int) -> None:
-    warps = qmatmul.GEMV_THREADS // warp
-    assert qmatmul.rows_per_block(warp) == warps * qmatmul.GEMV_RPW
+    warps = gemv.GEMV_THREADS // warp
+    assert gemv.rows_per_block(warp) == warps * gemv.GEMV_RPW
     per_row = max(stage_geometry(t, warp)[2] for t, lay in LAYOUTS.items() if lay.staged)
-    staging = GEMV_PF * warps * qmatmul.GEMV_RPW * per_row
-    x_tile = max(rows * qmatmul.x_tile(rows, 18944, warp) * 4 for rows in range(1, qmatmul.MAX_BATCH + 1))
+    staging = GEMV_PF * warps * gemv.GEMV_RPW * per_row
+    x_tile = max(rows * gemv.x_tile(rows, 18944, warp) * 4 for rows in range(1, gemv.MAX_BATCH + 1))
     assert staging + x_tile <= budget
 
 
@@ -443,15 +443,15 @@ def test_x_slots_are_a_conflict_free_permutation() -> None:
 
 
 def test_x_tile() -> None:
-    assert qmatmul.x_tile(1, 18944) == 4096
-    assert qmatmul.x_tile(3, 18944) == 1024
-    assert qmatmul.x_tile(8, 18944) == 512
-    assert qmatmul.x_tile(1, 640) == 1024
-    for rows in range(1, qmatmul.MAX_BATCH + 1):
+    assert gemv.x_tile(1, 18944) == 4096
+    assert gemv.x_tile(3, 18944) == 1024
+    assert gemv.x_tile(8, 18944) == 512
+    assert gemv.x_tile(1, 640) == 1024
+    for rows in range(1, gemv.MAX_BATCH + 1):
         for n_in in (16, 640, 896, 18944):
-            xt = qmatmul.x_tile(rows, n_in)
+            xt = gemv.x_tile(rows, n_in)
             assert xt % STEP == 0
-            assert rows * xt * 4 <= qmatmul.X_TILE_BYTES
+            assert rows * xt * 4 <= gemv.X_TILE_BYTES
 
 
 SIM_SHAPES = [(5, 256), (7, 640), (3, 1536), (4, 2304)]
@@ -460,7 +460,7 @@ SIM_SHAPES = [(5, 256), (7, 640), (3, 1536), (4, 2304)]
 @pytest.mark.parametrize("ggml_type", ALL_TYPES, ids=_name)
 @pytest.mark.parametrize("shape", SIM_SHAPES, ids=str)
 def test_simulated_gemv_matches_reference(ggml_type: int, shape: tuple[int, int]) -> None:
-    if shape[1] % qmatmul.TYPES[ggml_type].block:
+    if shape[1] % quant.TYPES[ggml_type].block:
         pytest.skip("row length not a multiple of the block")
     raw = random_weight(ggml_type, shape, seed=shape[1] + ggml_type)
     x = np.random.default_rng(1).standard_normal((3, shape[1]), dtype=np.float32)
@@ -486,17 +486,17 @@ def test_simulated_gemv_on_gemma(gemma_path: Path) -> None:
 
 
 def test_layout_errors_name_the_tensor() -> None:
-    with pytest.raises(qmatmul.KernelError, match=r"blk\.0\.ffn_up\.weight: IQ2_XXS has no native kernel"):
-        qmatmul.check_layout("blk.0.ffn_up.weight", 16, (256, 256))
+    with pytest.raises(runtime.KernelError, match=r"blk\.0\.ffn_up\.weight: IQ2_XXS has no native kernel"):
+        quant.check_layout("blk.0.ffn_up.weight", 16, (256, 256))
     with pytest.raises(
-        qmatmul.KernelError, match=r"token_embd\.weight: row length 640 is not a multiple of 256"
+        runtime.KernelError, match=r"token_embd\.weight: row length 640 is not a multiple of 256"
     ):
-        qmatmul.check_layout("token_embd.weight", Q4_K, (8, 640))
-    with pytest.raises(qmatmul.KernelError, match="expected a matrix"):
-        qmatmul.check_layout("output_norm.weight", F32, (640,))
-    with pytest.raises(qmatmul.KernelError, match="bytes"):
-        qmatmul.check_layout("w", Q8_0, (2, 64), nbytes=100)
-    assert qmatmul.check_layout("w", Q8_0, (2, 64), nbytes=2 * 2 * 34).name == "Q8_0"
+        quant.check_layout("token_embd.weight", Q4_K, (8, 640))
+    with pytest.raises(runtime.KernelError, match="expected a matrix"):
+        quant.check_layout("output_norm.weight", F32, (640,))
+    with pytest.raises(runtime.KernelError, match="bytes"):
+        quant.check_layout("w", Q8_0, (2, 64), nbytes=100)
+    assert quant.check_layout("w", Q8_0, (2, 64), nbytes=2 * 2 * 34).name == "Q8_0"
 
 
 # --- GPU tests ---------------------------------------------------------------------------------------------
@@ -506,14 +506,14 @@ BATCHES = (1, 2, 3, 5, 8, 16, 17)
 
 @dataclass
 class DeviceCase:
-    weight: qmatmul.DeviceWeight
+    weight: gemv.DeviceWeight
     w: np.ndarray  # dequantised, float32 [out, in]
 
 
 @cache
 def _device_case(ggml_type: int, shape: tuple[int, int]) -> DeviceCase:
     raw = random_weight(ggml_type, shape, seed=17 * shape[0] + shape[1] + ggml_type)
-    weight = qmatmul.DeviceWeight(raw, ggml_type, shape, name=f"{_name(ggml_type)}{shape}")
+    weight = gemv.DeviceWeight(raw, ggml_type, shape, name=f"{_name(ggml_type)}{shape}")
     return DeviceCase(weight, dequantize(raw, ggml_type, shape))
 
 
@@ -521,7 +521,7 @@ def _gemv_cases() -> list[Any]:
     cases = []
     for ggml_type in ALL_TYPES:
         for shape in GPU_SHAPES:
-            if shape[1] % qmatmul.TYPES[ggml_type].block == 0:
+            if shape[1] % quant.TYPES[ggml_type].block == 0:
                 cases.append(pytest.param(ggml_type, shape, id=f"{_name(ggml_type)}-{shape[0]}x{shape[1]}"))
     return cases
 
@@ -536,7 +536,7 @@ def test_gemv_matches_reference(ggml_type: int, shape: tuple[int, int]) -> None:
     one = None
     for b in BATCHES:
         out = cupy.full((b, shape[0]), np.nan, dtype=cupy.float32)
-        qmatmul.matmul(x_dev[:b], case.weight, out)
+        gemv.matmul(x_dev[:b], case.weight, out)
         y = cupy.asnumpy(out)
         assert_gemv_close(y, y_ref[:b], case.w, x[:b])
         if one is None:
@@ -551,13 +551,13 @@ def test_gemv_matches_reference(ggml_type: int, shape: tuple[int, int]) -> None:
 def test_gemv_is_the_simulated_kernel(ggml_type: int, shape: tuple[int, int]) -> None:
     """The device code computes what its NumPy port computes: bit for bit, but for the port's rare double
     rounding (its FMA sums in float64, then rounds to float32)."""
-    if shape[1] % qmatmul.TYPES[ggml_type].block:
+    if shape[1] % quant.TYPES[ggml_type].block:
         pytest.skip("row length not a multiple of the block")
     case = _device_case(ggml_type, shape)
     raw = random_weight(ggml_type, shape, seed=17 * shape[0] + shape[1] + ggml_type)
     x = np.random.default_rng(7).standard_normal((3, shape[1]), dtype=np.float32)
     out = cupy.zeros((3, shape[0]), dtype=cupy.float32)
-    qmatmul.matmul(cupy.asarray(x), case.weight, out)
+    gemv.matmul(cupy.asarray(x), case.weight, out)
     got = cupy.asnumpy(out)
     want = simulate_gemv(raw, ggml_type, shape, x)
     assert_gemv_close(got, want.astype(np.float64), case.w, x)
@@ -576,12 +576,12 @@ def test_gemv_bias_and_accumulate(ggml_type: int) -> None:
         residual = rng.standard_normal((b, shape[0]), dtype=np.float32)
         y_ref = reference_matmul(x, case.w)
         out = cupy.asarray(residual)
-        qmatmul.matmul(cupy.asarray(x), case.weight, out, bias=cupy.asarray(bias), accumulate=True)
+        gemv.matmul(cupy.asarray(x), case.weight, out, bias=cupy.asarray(bias), accumulate=True)
         assert_gemv_close(cupy.asnumpy(out), y_ref + bias + residual, case.w, x)
         out = cupy.asarray(residual)
-        qmatmul.matmul(cupy.asarray(x), case.weight, out, accumulate=True)
+        gemv.matmul(cupy.asarray(x), case.weight, out, accumulate=True)
         assert_gemv_close(cupy.asnumpy(out), y_ref + residual, case.w, x)
-        qmatmul.matmul(cupy.asarray(x), case.weight, out, bias=cupy.asarray(bias))
+        gemv.matmul(cupy.asarray(x), case.weight, out, bias=cupy.asarray(bias))
         assert_gemv_close(cupy.asnumpy(out), y_ref + bias, case.w, x)
 
 
@@ -592,7 +592,7 @@ def test_get_rows_matches_dequantize(ggml_type: int) -> None:
     case = _device_case(ggml_type, shape)
     ids = np.array([0, 5, 639, 5, 17, 320, 1], dtype=np.int32)
     out = cupy.full((len(ids), shape[1]), np.nan, dtype=cupy.float32)
-    qmatmul.get_rows(case.weight, cupy.asarray(ids), out)
+    gemv.get_rows(case.weight, cupy.asarray(ids), out)
     if ggml_type in (Q4_K, Q5_K):  # the FMA's constant rounds once
         np.testing.assert_allclose(
             cupy.asnumpy(out), case.w[ids], rtol=0, atol=float(np.abs(case.w).max()) * 2.0**-20
@@ -601,7 +601,7 @@ def test_get_rows_matches_dequantize(ggml_type: int) -> None:
         np.testing.assert_array_equal(cupy.asnumpy(out), case.w[ids])
     bad = cupy.asarray(np.array([1, -1, 640], dtype=np.int32))
     out = cupy.zeros((3, shape[1]), dtype=cupy.float32)
-    qmatmul.get_rows(case.weight, bad, out)
+    gemv.get_rows(case.weight, bad, out)
     got = cupy.asnumpy(out)
     np.testing.assert_array_equal(got[0], case.w[1])
     assert np.isnan(got[1:]).all()
@@ -611,16 +611,16 @@ def test_get_rows_matches_dequantize(ggml_type: int) -> None:
 def test_real_gemma_tensors(gemma_path: Path) -> None:
     rng = np.random.default_rng(5)
     for t in gemma_tensors(gemma_path).values():
-        weight = qmatmul.DeviceWeight(t.raw, t.ggml_type, t.shape, name=t.name)
+        weight = gemv.DeviceWeight(t.raw, t.ggml_type, t.shape, name=t.name)
         rows = np.r_[0 : min(t.shape[0], 4096)]  # the 262144-row embedding: its first rows
         w = dequantize(t.raw[rows], t.ggml_type, (len(rows), t.shape[1]))
         x = rng.standard_normal((5, t.shape[1]), dtype=np.float32)
         out = cupy.zeros((5, t.shape[0]), dtype=cupy.float32)
-        qmatmul.matmul(cupy.asarray(x), weight, out)
+        gemv.matmul(cupy.asarray(x), weight, out)
         assert_gemv_close(cupy.asnumpy(out)[:, rows], reference_matmul(x, w), w, x)
         ids = np.array([0, len(rows) - 1, 3], dtype=np.int32)
         got = cupy.zeros((3, t.shape[1]), dtype=cupy.float32)
-        qmatmul.get_rows(weight, cupy.asarray(ids), got)
+        gemv.get_rows(weight, cupy.asarray(ids), got)
         np.testing.assert_allclose(cupy.asnumpy(got), w[ids], rtol=0, atol=float(np.abs(w).max()) * 2.0**-20)
 
 
@@ -629,18 +629,16 @@ def test_matmul_checks_its_arguments() -> None:
     case = _device_case(Q8_0, (7, 512))
     x = cupy.zeros((2, 512), dtype=cupy.float32)
     out = cupy.zeros((2, 7), dtype=cupy.float32)
-    with pytest.raises(qmatmul.KernelError, match="x: shape"):
-        qmatmul.matmul(cupy.zeros((2, 256), dtype=cupy.float32), case.weight, out)
-    with pytest.raises(qmatmul.KernelError, match="out: dtype"):
-        qmatmul.matmul(x, case.weight, cupy.zeros((2, 7), dtype=cupy.float16))
-    with pytest.raises(qmatmul.KernelError, match="bias: shape"):
-        qmatmul.matmul(x, case.weight, out, bias=cupy.zeros(8, dtype=cupy.float32))
-    with pytest.raises(qmatmul.KernelError, match="expected a CuPy array"):
-        qmatmul.matmul(np.zeros((2, 512), dtype=np.float32), case.weight, out)
-    with pytest.raises(qmatmul.KernelError, match="ids: dtype"):
-        qmatmul.get_rows(
-            case.weight, cupy.zeros(2, dtype=cupy.int64), cupy.zeros((2, 512), dtype=cupy.float32)
-        )
+    with pytest.raises(runtime.KernelError, match="x: shape"):
+        gemv.matmul(cupy.zeros((2, 256), dtype=cupy.float32), case.weight, out)
+    with pytest.raises(runtime.KernelError, match="out: dtype"):
+        gemv.matmul(x, case.weight, cupy.zeros((2, 7), dtype=cupy.float16))
+    with pytest.raises(runtime.KernelError, match="bias: shape"):
+        gemv.matmul(x, case.weight, out, bias=cupy.zeros(8, dtype=cupy.float32))
+    with pytest.raises(runtime.KernelError, match="expected a CuPy array"):
+        gemv.matmul(np.zeros((2, 512), dtype=np.float32), case.weight, out)
+    with pytest.raises(runtime.KernelError, match="ids: dtype"):
+        gemv.get_rows(case.weight, cupy.zeros(2, dtype=cupy.int64), cupy.zeros((2, 512), dtype=cupy.float32))
 
 
 @gpu_test
@@ -651,11 +649,11 @@ def test_matmul_in_a_cuda_graph() -> None:
     x = cupy.asarray(np.random.default_rng(6).standard_normal((3, 2048), dtype=np.float32))
     out = cupy.zeros((3, 640), dtype=cupy.float32)
     want = cupy.zeros_like(out)
-    qmatmul.matmul(x, case.weight, want)  # compiles and warms up outside the capture
+    gemv.matmul(x, case.weight, want)  # compiles and warms up outside the capture
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
-        qmatmul.matmul(x, case.weight, out)
+        gemv.matmul(x, case.weight, out)
         graph = stream.end_capture()
         graph.launch()
     stream.synchronize()
