@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 23 on the lent GPU machine (../shared/GPU.md), in one batch of at most 9 minutes: the int8-activation
-# GEMV (native/mmvq.cu, [engine] native_gemv = "fast") beside today's kernels (gemv.cu, "reference").
+# GEMV (mmvq.cu, [engine] native_gemv = "fast") beside today's kernels (gemv.cu, "reference").
 # It expects what gpu-issue20.sh expects: llama-cpp-python (CUDA) and the carried wheels importable from
 # $SITE (default /root/gpu/site), gemma-3-270m and the default model (Qwen2.5-Coder-1.5B) assembled under
 # /root/gpu (or /root/gpu/models), and .gpu carried (random_gguf.py and vocab.gguf make the random 7B and

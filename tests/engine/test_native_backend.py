@@ -188,7 +188,7 @@ def test_native_greedy_equals_llama_cpp_for_256_tokens(native_gemma, gemma_path:
         return out
 
     native = greedy(native_gemma)
-    with LlamaBackend(gemma_path, n_ctx=2048, device="gpu") as llama:
+    with LlamaBackend(gemma_path, EngineSettings(n_ctx=2048, device="gpu")) as llama:
         ours = greedy(llama)
         diff = next((i for i, (a, b) in enumerate(zip(native, ours, strict=True)) if a != b), None)
         if diff is not None:

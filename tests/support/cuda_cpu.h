@@ -1,4 +1,4 @@
-// The CUDA/HIP execution model on the CPU, so tests can run native/ kernel sources without a GPU: a launch
+// The CUDA/HIP execution model on the CPU, so tests can run kernel sources without a GPU: a launch
 // runs its blocks one after another, each block as blockDim OS threads; __syncthreads is a barrier of the
 // block's threads, a shuffle an exchange through a barrier of the warp's lanes, __shared__ memory static
 // (one copy, blocks do not overlap). Kernels compile through compat.cuh's HIP branch (-D__HIP__, host pass:

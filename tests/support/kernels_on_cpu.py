@@ -1,4 +1,4 @@
-"""native/ kernel sources built for the CPU (tests/support/cuda_cpu.h) and launched from NumPy through ctypes,
+"""kernel sources built for the CPU (tests/support/cuda_cpu.h) and launched from NumPy through ctypes,
 with the compile's -D defines from app.engine.kernels.runtime: the kernels' own code, run where no GPU is."""
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from typing import Any
 import numpy as np
 import platformdirs
 
-from app.engine.kernels.runtime import NATIVE_DIR, kernel_defines
+from app.engine.kernels.runtime import SOURCE_DIR, kernel_defines
 
 SHIM = Path(__file__).with_name("cuda_cpu.h")
 CXX = shutil.which("g++")
 
 
 class KernelsOnCpu:
-    """The kernels `names` of native/<source>.cu for each source, compiled into one shared library."""
+    """The kernels `names` of <source>.cu for each source, compiled into one shared library."""
 
     def __init__(self, sources: list[str], names: list[str], warp: int = 32) -> None:
         if CXX is None:
             raise RuntimeError("g++ is not installed")
-        includes = "".join(f'#include "{NATIVE_DIR / f"{s}.cu"}"\n' for s in sources)
+        includes = "".join(f'#include "{SOURCE_DIR / f"{s}.cu"}"\n' for s in sources)
         table = "".join(f'    {{"{n}", [](void** a) {{ fs_cpu_call(&{n}, a); }}}},\n' for n in names)
         code = f"""#include "{SHIM}"
 {includes}
@@ -57,7 +57,7 @@ extern "C" int fs_cpu_run(const char* name, unsigned gx, unsigned gy, unsigned b
             "-fno-strict-aliasing",
         ]
         digest = hashlib.sha256(code.encode() + " ".join(defines + flags).encode())
-        for path in sorted([*NATIVE_DIR.glob("*.cu*"), SHIM]):
+        for path in sorted([*SOURCE_DIR.glob("*.cu*"), SHIM]):
             digest.update(path.read_bytes())
         out_dir = Path(platformdirs.user_cache_dir("Foresight")) / "kernels-on-cpu"  # kept across sessions
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ extern "C" int fs_cpu_run(const char* name, unsigned gx, unsigned gy, unsigned b
         if not lib.exists():
             src = out_dir / f"{digest.hexdigest()[:16]}.cc"
             src.write_text(code)
-            cmd = [CXX, *flags, f"-I{NATIVE_DIR}", *defines, "-o", str(lib) + ".part", str(src)]
+            cmd = [CXX, *flags, f"-I{SOURCE_DIR}", *defines, "-o", str(lib) + ".part", str(src)]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
             if done.returncode:
                 raise RuntimeError(f"{' '.join(cmd)}\n{done.stderr[-6000:]}")

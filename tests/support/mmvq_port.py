@@ -1,4 +1,4 @@
-"""A NumPy port of native/mmvq.cu and native/qdot.cuh: the activation quantiser, the bytes each lane reads,
+"""A NumPy port of mmvq.cu and qdot.cuh: the activation quantiser, the bytes each lane reads,
 the masks and shifts that make its codes, the integer dots and the float operations in the kernel's order
 (lane by lane, then the group butterfly, then the warps in order)."""
 

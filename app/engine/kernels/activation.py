@@ -1,4 +1,4 @@
-"""Host side of native/activation.cu: the FFN's gated activations, add and scale."""
+"""Host side of activation.cu: the FFN's gated activations, add and scale."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Host side of native/attention.cu: the f16 KV cache, its store, and attention split over the context.
+"""Host side of attention.cu: the f16 KV cache, its store, and attention split over the context.
 
 Nothing here reads a length or a position on the host: positions live in a device int32 array that the
 caller refills before each replay of a captured graph, and the kernels derive what each query sees from

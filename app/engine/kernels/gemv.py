@@ -1,4 +1,4 @@
-"""Host side of native/gemv.cu: weights as raw GGUF blocks, the float GEMV and the embedding lookup.
+"""Host side of gemv.cu: weights as raw GGUF blocks, the float GEMV and the embedding lookup.
 
 `DeviceWeight` uploads a tensor's bytes once (the layouts: kernels.quant); `matmul` and `get_rows` check
 shapes and dtypes and launch on the current stream without allocating, so they can be captured in a CUDA

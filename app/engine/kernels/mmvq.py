@@ -1,4 +1,4 @@
-"""Host side of native/mmvq.cu and mmvq_tc.cu: the int8-activation GEMVs, their packed weights and inputs.
+"""Host side of mmvq.cu and mmvq_tc.cu: the int8-activation GEMVs, their packed weights and inputs.
 
 `PackedWeight` uploads a tensor as mmvq.cu reads it (Q4_K/Q5_K as stored; Q6_K, Q8_0, Q4_0, Q5_0 as one
 plane per block field, so every wide load is aligned); `QuantizedRows` holds rows of x as int8 codes with

@@ -1,4 +1,4 @@
-"""Host side of native/norm.cu: RMSNorm of rows and heads, fused with a residual add or a quantisation."""
+"""Host side of norm.cu: RMSNorm of rows and heads, fused with a residual add or a quantisation."""
 
 from __future__ import annotations
 

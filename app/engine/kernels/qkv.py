@@ -1,4 +1,4 @@
-"""Host side of native/qkv.cu: a layer's q/k norms, RoPE and KV store in one launch."""
+"""Host side of qkv.cu: a layer's q/k norms, RoPE and KV store in one launch."""
 
 from __future__ import annotations
 

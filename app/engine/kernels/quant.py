@@ -1,4 +1,4 @@
-"""The GGUF block layouts the kernels decode (native/quant.cuh), and the check that a weight is one."""
+"""The GGUF block layouts the kernels decode (quant.cuh), and the check that a weight is one."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from app.engine.kernels.runtime import KERNEL_CONSTANTS, KernelError
 @dataclass(frozen=True)
 class QuantType:
     name: str
-    kernel: str  # suffix of the kernel names in native/gemv.cu and mmvq.cu
+    kernel: str  # suffix of the kernel names in gemv.cu and mmvq.cu
     block: int  # weights per GGUF block
     type_size: int  # bytes per GGUF block
 
 
-# ggml_type id -> layout (ggml-common.h); the types native/quant.cuh decodes.
+# ggml_type id -> layout (ggml-common.h); the types quant.cuh decodes.
 TYPES: dict[int, QuantType] = {
     0: QuantType("F32", "f32", 1, 4),
     1: QuantType("F16", "f16", 1, 2),

@@ -1,4 +1,4 @@
-"""Host side of native/rope.cu: rotary embedding of q, or of q and k in one launch, in place."""
+"""Host side of rope.cu: rotary embedding of q, or of q and k in one launch, in place."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Our CUDA/HIP kernels from native/: compiled at first use by CuPy (NVRTC / hipRTC), cached, checked.
+"""Our CUDA/HIP kernels, the *.cu sources beside their host modules in this folder: compiled at first use
+by CuPy (NVRTC / hipRTC), cached, checked.
 
 Compiler flags and the kernels' shared constants live here and nowhere else: the runtime compile (CuPy)
 and the offline checks with nvcc and hipcc (tests/engine/kernels/test_runtime.py) all take them
@@ -15,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
-from app.resources import shipped
 
-NATIVE_DIR = shipped("native")
+# The kernel sources sit beside this module: in a checkout, a wheel (package data) and a frozen app alike.
+SOURCE_DIR = Path(__file__).resolve().parent
 # Architectures every source must compile for offline: Turing (RTX 20), Ampere (RTX 30), Hopper (H100/H200).
 NVCC_ARCHS = ("sm_75", "sm_86", "sm_90")
 # AMD targets every source must compile for offline, with their wavefront size: RDNA2 (RX 6000) runs wave32,
@@ -65,7 +66,7 @@ class KernelError(RuntimeError):
 
 
 def native_sources() -> list[Path]:
-    return sorted(NATIVE_DIR.glob("*.cu"))
+    return sorted(SOURCE_DIR.glob("*.cu"))
 
 
 def kernel_defines(warp: int) -> tuple[str, ...]:
@@ -78,7 +79,7 @@ def _headers_digest() -> str:
     # CuPy's binary cache is keyed by the source and the options, not by the headers the source includes:
     # their digest among the options makes a changed header compile anew.
     digest = hashlib.sha256()
-    for header in sorted(NATIVE_DIR.glob("*.cuh")):
+    for header in sorted(SOURCE_DIR.glob("*.cuh")):
         digest.update(header.name.encode() + header.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -87,7 +88,7 @@ def compile_options(hip: bool, warp: int) -> tuple[str, ...]:
     """Options of the runtime compile (NVRTC, or hipRTC under ROCm's CuPy) for a device of `warp` lanes."""
     return (
         *(HIPRTC_OPTIONS if hip else NVRTC_OPTIONS),
-        f"-I{NATIVE_DIR}",
+        f"-I{SOURCE_DIR}",
         *kernel_defines(warp),
         f"-DFS_HEADERS_DIGEST=0x{_headers_digest()}",
     )
@@ -100,7 +101,7 @@ def nvcc_command(source: Path, arch: str, output: Path, defines: Sequence[str] |
         "-c",
         "-std=c++17",
         f"-arch={arch}",
-        f"-I{NATIVE_DIR}",
+        f"-I{SOURCE_DIR}",
         *(kernel_defines(32) if defines is None else defines),
         "-Xcompiler",
         "-Wall",
@@ -123,7 +124,7 @@ def hipcc_command(source: Path, arch: str, output: Path, defines: Sequence[str] 
         "hip/hip_runtime.h",
         "-std=c++17",
         f"--offload-arch={arch}",
-        f"-I{NATIVE_DIR}",
+        f"-I{SOURCE_DIR}",
         *(kernel_defines(HIPCC_ARCHS[arch]) if defines is None else defines),
         "-Wall",
         "-o",
@@ -165,7 +166,7 @@ def warp_size() -> int:
 
 
 class KernelLibrary:
-    """Every native/*.cu source compiled once per process (CuPy keeps the binaries on disk between runs)."""
+    """Every *.cu source compiled once per process (CuPy keeps the binaries on disk between runs)."""
 
     def __init__(self) -> None:
         self._modules: dict[str, Any] = {}
@@ -173,7 +174,7 @@ class KernelLibrary:
         self._lock = threading.Lock()
 
     def module(self, source: str) -> Any:
-        """The compiled module of native/<source>.cu."""
+        """The compiled module of <source>.cu."""
         with self._lock:
             mod = self._modules.get(source)
             if mod is None:
@@ -187,13 +188,13 @@ class KernelLibrary:
             try:
                 fn = self.module(source).get_function(name)
             except Exception as exc:
-                raise KernelError(f"native/{source}.cu has no kernel {name!r}: {exc}") from exc
+                raise KernelError(f"{source}.cu has no kernel {name!r}: {exc}") from exc
             self._kernels[key] = fn
         return fn
 
     def _compile(self, source: str) -> Any:
         cupy = _cupy()
-        path = NATIVE_DIR / f"{source}.cu"
+        path = SOURCE_DIR / f"{source}.cu"
         if not path.is_file():
             raise KernelError(f"no kernel source {path}")
         os.environ.setdefault("CUPY_CACHE_DIR", str(paths.cache_dir() / "kernels"))
@@ -202,7 +203,7 @@ class KernelLibrary:
             mod = cupy.RawModule(code=path.read_text(), options=options, backend="nvrtc")
             mod.compile()
         except Exception as exc:
-            raise KernelError(f"native/{source}.cu failed to compile: {exc}") from exc
+            raise KernelError(f"{source}.cu failed to compile: {exc}") from exc
         return mod
 
 
@@ -268,7 +269,7 @@ _profile: LaunchProfile | None = None
 def launch(
     source: str, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0
 ) -> None:
-    """Launch native/<source>.cu:<name> on the current stream (inside a graph capture, it is recorded)."""
+    """Launch <source>.cu:<name> on the current stream (inside a graph capture, it is recorded)."""
     if any(g <= 0 for g in grid) or any(b <= 0 for b in block) or block[0] * (block[1:2] or (1,))[0] > 1024:
         raise KernelError(f"{source}.{name}: bad launch shape grid={grid} block={block}")
     fn = library().kernel(source, name)

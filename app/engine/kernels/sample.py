@@ -1,4 +1,4 @@
-"""Host side of native/sample.cu: argmax and top-k of rows of logits, in two passes over vocabulary slices."""
+"""Host side of sample.cu: argmax and top-k of rows of logits, in two passes over vocabulary slices."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""native/activation.cu through app.engine.kernels.activation against the NumPy reference over real models'
+"""activation.cu through app.engine.kernels.activation against the NumPy reference over real models'
 shapes.
 
 Needs CuPy and a GPU (marked `gpu`). Add and scale: exact. Gated activations: rtol 1e-5, atol 1e-5 (expf/tanhf

@@ -1,4 +1,4 @@
-"""native/attention.cu through app.engine.kernels.attention: the f16 KV store and attention over real models'
+"""attention.cu through app.engine.kernels.attention: the f16 KV store and attention over real models'
 shapes against the NumPy reference.
 
 The first test checks, on the CPU, a NumPy port of the kernels' float -> f16 rounding against numpy's own
@@ -35,7 +35,7 @@ N_CTX = 8192  # cache rows, most of them past the context
 
 
 def _half_bits_port(values: np.ndarray) -> np.ndarray:
-    """fs_float_to_half_rn of native/attention.cuh, line for line, on arrays of float32."""
+    """fs_float_to_half_rn of attention.cuh, line for line, on arrays of float32."""
     x = values.astype(np.float32).view(np.uint32).astype(np.int64)
     sign = (x >> 16) & 0x8000
     mag = x & 0x7FFFFFFF

@@ -1,5 +1,5 @@
 # Over 500 lines: every weight type of gemv.cu through its port and on the device, sharing the port.
-"""Quantised GEMV and get_rows (native/gemv.cu via app.engine.kernels.gemv) against gguf's dequantisation.
+"""Quantised GEMV and get_rows (gemv.cu via app.engine.kernels.gemv) against gguf's dequantisation.
 
 CPU tests (no marker) run a NumPy port of the kernels -- the same byte offsets, aligned-word reads and
 funnel shifts, byte permutes, FMAs, staging windows, lane order and butterfly sum -- over random blocks
@@ -97,7 +97,7 @@ def assert_gemv_close(y: np.ndarray, y_ref: np.ndarray, w: np.ndarray, x: np.nda
     )
 
 
-# --- NumPy port of native/quant.cuh and native/gemv.cu ---------------------------------------------------
+# --- NumPy port of quant.cuh and gemv.cu ---------------------------------------------------
 U32 = np.uint64(0xFFFFFFFF)
 
 

@@ -1,5 +1,5 @@
 # Over 500 lines: mmvq.cu and mmvq_tc.cu through their port, their CPU run and the device, sharing fixtures.
-"""The int8-activation GEMV (native/mmvq.cu via app.engine.kernels.mmvq) against gguf's dequantisation.
+"""The int8-activation GEMV (mmvq.cu via app.engine.kernels.mmvq) against gguf's dequantisation.
 
 CPU tests (no marker) run tests/support/mmvq_port.py -- the kernel's quantiser, byte reads, masks and
 shifts, integer dots and float operations lane by lane -- over random blocks and the real tensors of
@@ -241,13 +241,13 @@ def test_int8_activations_keep_the_reference_logits(gemma_path: Path) -> None:
 
 # --- the host's table --------------------------------------------------------------------------------------
 def _entry_points() -> set[tuple[int, int]]:
-    source = (runtime.NATIVE_DIR / "mmvq.cu").read_text()
+    source = (runtime.SOURCE_DIR / "mmvq.cu").read_text()
     return {(int(b), int(r)) for b, r in re.findall(r"FS_MMVQ_ENTRY\(NAME, T, (\d+), (\d+), \d+\)", source)}
 
 
 def test_the_table_names_the_entry_points_of_the_source() -> None:
     assert _entry_points() == set(mmvq.INSTANCES)
-    source = (runtime.NATIVE_DIR / "mmvq.cu").read_text()
+    source = (runtime.SOURCE_DIR / "mmvq.cu").read_text()
     kernels = set(re.findall(r"^FS_MMVQ_TYPE\((\w+), FS_T_\w+\)", source, flags=re.M))
     assert kernels == {quant.TYPES[t].kernel for t in mmvq.PLANES}
 

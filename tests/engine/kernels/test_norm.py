@@ -1,4 +1,4 @@
-"""native/norm.cu through app.engine.kernels.norm against the NumPy reference over real models' shapes.
+"""norm.cu through app.engine.kernels.norm against the NumPy reference over real models' shapes.
 
 Needs CuPy and a GPU (marked `gpu`). RMSNorm: rtol 1e-5 (float32 sum of squares on the GPU, float64 in the
 reference); the fused norm-add-norm is the three launches bit for bit.

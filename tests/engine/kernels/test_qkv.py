@@ -1,4 +1,4 @@
-"""native/qkv.cu through app.engine.kernels.qkv: q/k norms, RoPE and KV store in one launch, as the three
+"""qkv.cu through app.engine.kernels.qkv: q/k norms, RoPE and KV store in one launch, as the three
 separate kernels and the NumPy reference do, over real models' shapes and projection layouts.
 
 Needs CuPy and a GPU (marked `gpu`).

@@ -16,6 +16,7 @@ import pytest
 
 from app.catalog.gguf import read_file
 from app.cli import bench
+from app.config import EngineSettings
 from app.engine.backends.llama import LlamaBackend
 from app.engine.kernels import reference as ref
 from app.engine.kernels.reference import ReferenceModel
@@ -359,7 +360,7 @@ def test_rollback_to_zero_and_forward_errors(small_gemma: ReferenceModel) -> Non
 # made 16 gemma steps take 16.5 s instead of 1.4 s.
 def _llama_greedy(path: Path, text: bytes, steps: int) -> tuple[list[int], list[int], np.ndarray]:
     """llama.cpp on the CPU, one token per decode: (prompt, generated tokens, logits of each step)."""
-    with LlamaBackend(path, n_ctx=512, n_threads=1, device="cpu", device_argmax=False) as llm:
+    with LlamaBackend(path, EngineSettings(n_ctx=512, n_threads=1, device="cpu", device_argmax=False)) as llm:
         prompt = llm.tokenize(text, True, False)
         rows = [np.array(llm.decode(prompt, len(prompt) - 1)[0])]
         generated = [int(rows[0].argmax())]
@@ -402,7 +403,9 @@ def _past_the_window(model: ReferenceModel, path: Path, tolerance: float, near_t
     words = ["red", "quick", "lazy", "brown", "old"]
     text = " ".join(f"Note {i}: the {words[i % 5]} fox saw {i * 7 % 13} birds." for i in range(200))
     n, rows = 600, 8
-    with LlamaBackend(path, n_ctx=1024, n_batch=1024, n_threads=1, device="cpu", device_argmax=False) as llm:
+    with LlamaBackend(
+        path, EngineSettings(n_ctx=1024, n_batch=1024, n_threads=1, device="cpu", device_argmax=False)
+    ) as llm:
         tokens = llm.tokenize(text.encode(), True, False)[:n]
         assert len(tokens) == n
         llama_rows = np.array(llm.decode(tokens, n - rows))

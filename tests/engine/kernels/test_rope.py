@@ -1,4 +1,4 @@
-"""native/rope.cu through app.engine.kernels.rope against the NumPy reference over real models' shapes.
+"""rope.cu through app.engine.kernels.rope against the NumPy reference over real models' shapes.
 
 Needs CuPy and a GPU (marked `gpu`). atol 1e-5 on N(0, 1) inputs (both form theta in float64; the kernel's
 float sin/cos are ~1e-7 off).

@@ -16,8 +16,8 @@ import pytest
 from app.engine.kernels.runtime import (
     HIPCC_ARCHS,
     KERNEL_CONSTANTS,
-    NATIVE_DIR,
     NVCC_ARCHS,
+    SOURCE_DIR,
     hipcc_command,
     hipcc_environment,
     kernel_defines,
@@ -26,7 +26,7 @@ from app.engine.kernels.runtime import (
 )
 
 SOURCES = native_sources()
-HEADERS = sorted(NATIVE_DIR.glob("*.cuh"))
+HEADERS = sorted(SOURCE_DIR.glob("*.cuh"))
 NVCC = shutil.which("nvcc")
 HIPCC = shutil.which("hipcc")
 DEFINED_BY_RUNTIME = [*KERNEL_CONSTANTS, "FS_WARP_SIZE"]  # kernel_defines: the table and the warp size
@@ -37,10 +37,10 @@ def _text(path: Path) -> str:
 
 
 def _included(path: Path) -> set[Path]:
-    """The path and every header of native/ it includes, directly or not."""
+    """The path and every header of the kernels it includes, directly or not."""
     seen = {path}
     for name in re.findall(r'^\s*#\s*include\s*"([^"]+)"', _text(path), flags=re.M):
-        seen |= _included(NATIVE_DIR / name)
+        seen |= _included(SOURCE_DIR / name)
     return seen
 
 
@@ -55,7 +55,7 @@ def _guarded_in(name: str) -> Path:
 def test_the_kernel_sources_are_there() -> None:
     names = {p.stem for p in SOURCES}
     assert {"gemv", "norm", "rope", "attention", "activation", "sample"} <= names
-    assert (NATIVE_DIR / "compat.cuh").is_file()
+    assert (SOURCE_DIR / "compat.cuh").is_file()
 
 
 @pytest.mark.parametrize("source", [*SOURCES, *HEADERS], ids=lambda p: p.name)
@@ -64,7 +64,7 @@ def test_sources_include_only_our_own_headers(source: Path) -> None:
     system = [inc for inc in includes if inc.startswith("<")]
     assert not system, f"{source.name} includes {system}: NVRTC has no host headers"
     for inc in includes:
-        assert (NATIVE_DIR / inc.strip('"')).is_file(), f"{source.name}: {inc} is not in native/"
+        assert (SOURCE_DIR / inc.strip('"')).is_file(), f"{source.name}: {inc} is not beside it"
 
 
 @pytest.mark.parametrize("name", DEFINED_BY_RUNTIME)
@@ -120,7 +120,7 @@ def _warnings(stderr: str) -> list[str]:
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 def test_nvcc_refuses_launches_shaped_for_wave64(tmp_path: Path) -> None:
-    cmd = nvcc_command(NATIVE_DIR / "rope.cu", NVCC_ARCHS[-1], tmp_path / "rope.o", kernel_defines(64))
+    cmd = nvcc_command(SOURCE_DIR / "rope.cu", NVCC_ARCHS[-1], tmp_path / "rope.o", kernel_defines(64))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode != 0
     assert "other than the one the launches assume" in done.stderr
@@ -141,7 +141,7 @@ def test_every_source_compiles_with_hipcc(source: Path, arch: str, tmp_path: Pat
 @pytest.mark.parametrize("arch", HIPCC_ARCHS)
 def test_hipcc_refuses_a_warp_size_other_than_the_targets(arch: str, tmp_path: Path) -> None:
     other = 96 - HIPCC_ARCHS[arch]  # wave32 <-> wave64
-    cmd = hipcc_command(NATIVE_DIR / "rope.cu", arch, tmp_path / "rope.o", kernel_defines(other))
+    cmd = hipcc_command(SOURCE_DIR / "rope.cu", arch, tmp_path / "rope.o", kernel_defines(other))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=hipcc_environment())
     assert done.returncode != 0
     assert f"'{HIPCC_ARCHS[arch]} == {other}'" in done.stderr  # the device pass's static_assert

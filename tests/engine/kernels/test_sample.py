@@ -1,4 +1,4 @@
-"""native/sample.cu through app.engine.kernels.sample (argmax, and the device top-k of sampled requests) and
+"""sample.cu through app.engine.kernels.sample (argmax, and the device top-k of sampled requests) and
 NativeBackend.decode_topk.
 
 The kernels need CuPy and a GPU (marked `gpu`); none of this needs llama.cpp. Argmax: numpy.argmax, index for
